@@ -1,0 +1,1 @@
+"""Collectors run beside the engine on fixed deadlines: server metrics, GPUs, the client."""

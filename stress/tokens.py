@@ -1,0 +1,118 @@
+"""Token counting that works offline.
+
+Stock tiktoken downloads its encoding files on first use, which fails on air-gapped GPU
+boxes and in CI. We ship ``cl100k_base`` inside the package (``stress/data``, MIT licence
+notice in ``stress/data/NOTICE``) and check its SHA-256 before use. If the file is missing
+or damaged we fall back to a clearly labelled estimate (``~4 characters per token``,
+CJK characters one each), and ``tokenizer_name()`` says which one is in use so the run
+manifest records it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from importlib import resources
+from typing import Protocol
+
+CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+# Copied from tiktoken_ext.openai_public.cl100k_base (MIT licence, see stress/data/NOTICE).
+_CL100K_PAT = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+_CL100K_SPECIAL = {
+    "<|endoftext|>": 100257,
+    "<|fim_prefix|>": 100258,
+    "<|fim_middle|>": 100259,
+    "<|fim_suffix|>": 100260,
+    "<|endofprompt|>": 100276,
+}
+
+
+class Tokenizer(Protocol):
+    name: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, tokens: list[int]) -> str: ...
+
+    def count(self, text: str) -> int: ...
+
+
+class TiktokenTokenizer:
+    """cl100k_base from the shipped file."""
+
+    name = "tiktoken:cl100k_base"
+
+    def __init__(self) -> None:
+        import base64
+
+        import tiktoken
+
+        data = resources.files("stress").joinpath("data/cl100k_base.tiktoken").read_bytes()
+        if hashlib.sha256(data).hexdigest() != CL100K_SHA256:
+            raise ValueError("stress/data/cl100k_base.tiktoken does not match its SHA-256")
+        ranks = {
+            base64.b64decode(tok): int(rank)
+            for tok, rank in (line.split() for line in data.splitlines() if line)
+        }
+        self._enc = tiktoken.Encoding(
+            "cl100k_base",
+            pat_str=_CL100K_PAT,
+            mergeable_ranks=ranks,
+            special_tokens=_CL100K_SPECIAL,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return self._enc.encode_ordinary(text)
+
+    def decode(self, tokens: list[int]) -> str:
+        return self._enc.decode(tokens)
+
+    def count(self, text: str) -> int:
+        return len(self._enc.encode_ordinary(text))
+
+
+class EstimateTokenizer:
+    """Fallback when the encoding cannot be loaded: a labelled estimate, not a count."""
+
+    name = "estimate:chars/4"
+
+    def encode(self, text: str) -> list[int]:
+        # One pseudo-token per ~4 characters (per CJK character); ids are code points.
+        out: list[int] = []
+        run = 0
+        for ch in text:
+            if ord(ch) >= 0x2E80:
+                out.append(ord(ch))
+                run = 0
+            else:
+                run += 1
+                if run == 4:
+                    out.append(ord(ch))
+                    run = 0
+        return out
+
+    def decode(self, tokens: list[int]) -> str:
+        raise NotImplementedError("the estimate tokenizer cannot decode")
+
+    def count(self, text: str) -> int:
+        return max(1, len(self.encode(text))) if text else 0
+
+
+@functools.cache
+def get_tokenizer() -> Tokenizer:
+    """The best tokenizer available offline (cached for the process)."""
+    try:
+        return TiktokenTokenizer()
+    except Exception:  # missing file, bad hash, tiktoken import error: fall back, labelled
+        return EstimateTokenizer()
+
+
+def count_tokens(text: str) -> int:
+    return get_tokenizer().count(text)
+
+
+def tokenizer_name() -> str:
+    return get_tokenizer().name
