@@ -1,0 +1,176 @@
+"""The ``stress`` command line.
+
+Subcommands: run, validate, report, sim, probe, gpus. Every user-facing failure is one
+line on stderr (what, where, how to fix) and a non-zero exit code, never a traceback:
+2 for bad input (scenario, options), 1 for an unusable target or run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import sys
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from stress import __version__
+from stress.durations import parse_duration
+from stress.errors import ScenarioError, StressError
+from stress.secrets import REDACTOR
+
+T = TypeVar("T")
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run on uvloop where available (the client's per-read overhead matters)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    result: T = uvloop.run(coro)
+    return result
+
+
+def _duration_arg(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from stress.scenario import load_scenario
+
+    failed = 0
+    for path in args.files:
+        try:
+            loaded = load_scenario(path)
+        except ScenarioError as e:
+            failed += 1
+            for problem in e.problems:
+                print(problem.render(), file=sys.stderr)
+            continue
+        sc = loaded.scenario
+        bound = []
+        if sc.duration is not None:
+            bound.append(f"{sc.duration:g}s")
+        if sc.rounds is not None:
+            bound.append(f"{sc.rounds} rounds/user")
+        print(
+            f"{path}: ok ({sc.name}: {sc.users.count} users, {' or '.join(bound)}, "
+            f"cache {sc.conversation.cache}, target {sc.target.url})"
+        )
+    return 2 if failed else 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from stress.run import execute
+    from stress.scenario import load_scenario, with_overrides
+
+    loaded = load_scenario(args.scenario)
+    loaded = with_overrides(
+        loaded, users=args.users, duration=args.duration, target=args.target, rounds=args.rounds
+    )
+    outcome = run_async(execute(loaded, Path(args.out), progress_interval=args.progress_interval))
+    return 0 if outcome.exit_reason != "crashed" else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from stress.summary import build_summary, render_summary
+
+    summary = build_summary(Path(args.run_dir))
+    print(render_summary(summary))
+    return 0
+
+
+def _optional(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, module: str, help_: str
+) -> None:
+    """Subcommands whose module may not exist yet in this build."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return
+    p = sub.add_parser(name, help=help_)
+    mod.add_arguments(p)
+    p.set_defaults(func=mod.main)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stress",
+        description="Load and soak tester for self-hosted LLM inference servers.",
+    )
+    parser.add_argument("--version", action="version", version=f"stress {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run a scenario")
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--out", default="out", help="folder for run directories (default: out/)")
+    p.add_argument("--duration", type=_duration_arg, help="override duration, e.g. 20s, 5m")
+    p.add_argument("--rounds", type=_positive_int, help="override rounds per user")
+    p.add_argument("--users", type=_positive_int, help="override the number of users")
+    p.add_argument("--target", help="server root URL, or `sim` for the built-in simulator")
+    p.add_argument(
+        "--no-tui",
+        action="store_true",
+        help="plain progress lines (automatic when stdout is not a terminal)",
+    )
+    p.add_argument(
+        "--progress-interval",
+        type=_duration_arg,
+        default=None,
+        help="seconds between headless status lines",
+    )
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="check scenario files")
+    p.add_argument("files", nargs="+")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("report", help="rebuild summary.json of a run directory and print it")
+    p.add_argument("run_dir")
+    p.set_defaults(func=cmd_report)
+
+    _optional(sub, "sim", "stress.sim.cli", "run the built-in simulated inference server")
+    _optional(sub, "probe", "stress.probe_cli", "check a server before a long run")
+    _optional(sub, "gpus", "stress.gpus_cli", "list GPUs and their telemetry support")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+        return code
+    except ScenarioError as e:
+        for problem in e.problems:
+            print(REDACTOR.text(problem.render()), file=sys.stderr)
+        return 2
+    except StressError as e:
+        print(f"stress: {REDACTOR.text(str(e))}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("stress: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

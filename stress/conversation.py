@@ -1,0 +1,97 @@
+"""One simulated user's growing conversation and how it isolates the prefix cache.
+
+Cache modes (field note 1: measure the cache on purpose, never by accident):
+
+- ``per_user``: every conversation starts with a marker unique to this run, user and
+  conversation, so users never share cache, while a user's own history can hit.
+- ``cold``: a marker unique to each *request* at the very start of the prompt: nothing
+  can hit, every request pays full prefill.
+- ``shared``: one system prompt common to all users of the run (it can be cached once for
+  everybody), then per-user content.
+
+The run nonce in every marker keeps a re-run against a warm server from hitting the
+previous run's cache.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Literal
+
+from stress.tokens import count_tokens
+
+CacheMode = Literal["per_user", "cold", "shared"]
+MESSAGE_OVERHEAD = 4
+"""Tokens a chat template adds around each message (role markers), for estimates."""
+
+
+@dataclass(slots=True)
+class Conversation:
+    user: int
+    index: int
+    cache: CacheMode
+    run_nonce: str
+    system_prompt: str
+    keep_reasoning: bool = False
+    messages: list[dict[str, str]] = field(default_factory=list)
+    turns: int = 0
+    tokens_est: int = 0
+    """Estimated prompt tokens of the history so far (local tokenizer)."""
+    last_prompt_tokens: int | None = None
+    """Server-reported prompt tokens of the last request, when known."""
+    last_reply_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.cache == "shared":
+            system = f"[run {self.run_nonce}]\n{self.system_prompt}"
+        else:  # per_user and cold: the user/conversation marker opens the prompt
+            system = f"[session {self.run_nonce}-u{self.user:03d}-c{self.index:03d}]\n"
+            system += self.system_prompt
+        self.messages = [{"role": "system", "content": system}]
+        self.tokens_est = count_tokens(system) + MESSAGE_OVERHEAD
+
+    def known_tokens(self) -> int:
+        """Best estimate of the history length: server numbers where we have them."""
+        if self.last_prompt_tokens is not None:
+            return self.last_prompt_tokens + self.last_reply_tokens + MESSAGE_OVERHEAD
+        return self.tokens_est
+
+    def reusable_tokens(self) -> int:
+        """Tokens of the next prompt that this user already sent (0 on a first turn)."""
+        if self.turns == 0:
+            return 0
+        return self.known_tokens()
+
+    def user_message(self, paste: str | None, question: str) -> str:
+        text = f"{paste}\n\n{question}" if paste else question
+        if self.cache == "shared" and self.turns == 0:
+            text = f"[user u{self.user:03d}-c{self.index:03d}]\n{text}"
+        return text
+
+    def request_messages(self, user_text: str) -> list[dict[str, str]]:
+        """Messages to send for the next turn (history is not modified until the reply)."""
+        msgs = [*self.messages, {"role": "user", "content": user_text}]
+        if self.cache == "cold":
+            first = msgs[0]
+            marker = f"[request {uuid.uuid4().hex}]\n"
+            msgs[0] = {"role": first["role"], "content": marker + first["content"]}
+        return msgs
+
+    def commit_turn(
+        self,
+        user_text: str,
+        reply_content: str,
+        reply_reasoning: str,
+        prompt_tokens: int | None,
+    ) -> None:
+        """Append a finished exchange to the history."""
+        reply = reply_content
+        if self.keep_reasoning and reply_reasoning:
+            reply = f"<think>{reply_reasoning}</think>\n{reply_content}"
+        self.messages.append({"role": "user", "content": user_text})
+        self.messages.append({"role": "assistant", "content": reply})
+        self.tokens_est += count_tokens(user_text) + count_tokens(reply) + 2 * MESSAGE_OVERHEAD
+        self.last_prompt_tokens = prompt_tokens
+        self.last_reply_tokens = count_tokens(reply) if reply else 0
+        self.turns += 1

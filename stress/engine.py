@@ -1,0 +1,284 @@
+"""Simulated users: ramp-up, turns, think time, limits, and a clean stop.
+
+One asyncio task per user. A user's turn is scheduled at an absolute time (ramp-up offset,
+then previous reply + think time); the record keeps both that time and the real send time,
+so client-side queueing or event-loop lag is visible rather than hidden in the latency.
+
+Stopping has two steps, as the CLI promises: ``request_stop`` (duration over, Ctrl-C once,
+a limit hit) starts no new turns and gives in-flight requests ``timeouts.drain`` to finish;
+``cancel_in_flight`` (Ctrl-C twice, or the drain deadline) cancels them, and each cancelled
+request is still recorded, as ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from stress.client import ChatClient, Reply
+from stress.conversation import MESSAGE_OVERHEAD, Conversation
+from stress.corpus import Corpus
+from stress.events import RunEvent
+from stress.live import Live
+from stress.record import RequestRecord
+from stress.recorder import Recorder
+from stress.scenario import Scenario, ThinkTime
+from stress.tokens import count_tokens
+
+
+@dataclass(slots=True)
+class EngineResult:
+    exit_reason: str
+    requests: int
+
+
+def think_seconds(rng: random.Random, spec: ThinkTime) -> float:
+    if spec.distribution == "constant":
+        return spec.mean if spec.mean is not None else spec.min
+    if spec.distribution == "exponential":
+        value = rng.expovariate(1.0 / spec.mean) if spec.mean else 0.0
+        return min(max(value, spec.min), spec.max) if spec.max > 0 else max(value, spec.min)
+    return rng.uniform(spec.min, spec.max)
+
+
+def build_body(scenario: Scenario, model: str, messages: list[dict[str, str]]) -> bytes:
+    req = scenario.request
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": req.max_tokens,
+        "temperature": req.temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if req.top_p is not None:
+        body["top_p"] = req.top_p
+    if req.reasoning != "auto":
+        body["chat_template_kwargs"] = {"enable_thinking": req.reasoning == "on"}
+    for key, value in req.extra_body.items():
+        if isinstance(value, dict) and isinstance(body.get(key), dict):
+            body[key] = {**body[key], **value}
+        else:
+            body[key] = value
+    return orjson.dumps(body)
+
+
+class Engine:
+    def __init__(
+        self,
+        scenario: Scenario,
+        client: ChatClient,
+        recorder: Recorder,
+        live: Live,
+        corpus: Corpus | None,
+        model: str,
+        run_nonce: str,
+        clock_t0: float,
+        paste_scale: float = 1.0,
+        on_stop: Callable[[str], None] | None = None,
+    ) -> None:
+        self.sc = scenario
+        self.client = client
+        self.recorder = recorder
+        self.live = live
+        self.corpus = corpus
+        self.model = model
+        self.nonce = run_nonce
+        self.t0 = clock_t0
+        self.paste_scale = paste_scale
+        """tiktoken tokens per server token, so paste budgets are in the server's tokens."""
+        self.stop_new = asyncio.Event()
+        self.exit_reason = ""
+        self._on_stop = on_stop
+        self._tasks: list[asyncio.Task[None]] = []
+        self._requests = 0
+        self._errors = 0
+        self._tokens = 0
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    # --- stopping ----------------------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        if not self.stop_new.is_set():
+            self.exit_reason = reason
+            self.stop_new.set()
+            self.live.phase = "draining"
+            if self._on_stop is not None:
+                self._on_stop(reason)
+
+    def cancel_in_flight(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    async def run(self) -> EngineResult:
+        sc = self.sc
+        loop = asyncio.get_running_loop()
+        deadline = None
+        if sc.duration is not None:
+            deadline = loop.call_later(sc.duration, self.request_stop, "duration")
+        self.live.phase = "warmup" if sc.warmup.rounds else "running"
+        self._tasks = [
+            asyncio.create_task(self._user(u), name=f"user-{u}") for u in range(sc.users.count)
+        ]
+        all_done = asyncio.gather(*self._tasks, return_exceptions=True)
+        stop_wait = asyncio.ensure_future(self.stop_new.wait())
+        waiters: list[asyncio.Future[Any]] = [all_done, stop_wait]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        if not all_done.done():
+            _, pending = await asyncio.wait(self._tasks, timeout=sc.timeouts.drain)
+            if pending:
+                self.recorder.event(
+                    RunEvent(
+                        self.now(),
+                        "drain_timeout",
+                        f"{len(pending)} request(s) still running after the "
+                        f"{sc.timeouts.drain:g}s drain period: cancelled",
+                        "warning",
+                    )
+                )
+                self.cancel_in_flight()
+        await all_done
+        stop_wait.cancel()
+        if deadline is not None:
+            deadline.cancel()
+        if not self.exit_reason:
+            self.exit_reason = "rounds" if sc.rounds is not None else "done"
+        self.live.phase = "finished"
+        return EngineResult(self.exit_reason, self._requests)
+
+    async def _sleep_until(self, t_abs: float) -> bool:
+        """Sleep until perf time ``t_abs``; False if a stop was requested meanwhile."""
+        delay = t_abs - time.perf_counter()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop_new.wait(), timeout=delay)
+        return not self.stop_new.is_set()
+
+    # --- one user ----------------------------------------------------------------------
+
+    async def _user(self, u: int) -> None:
+        try:
+            await self._user_turns(u)
+        except asyncio.CancelledError:
+            pass
+        except Exception as e:  # a bug must not take the run down: record it, stop this user
+            self.recorder.event(
+                RunEvent(
+                    self.now(),
+                    "user_crashed",
+                    f"user {u} stopped: {type(e).__name__}: {e}",
+                    "error",
+                    user=u,
+                )
+            )
+        finally:
+            self.live.set_state(u, "done")
+
+    async def _user_turns(self, u: int) -> None:
+        sc = self.sc
+        conv_spec = sc.conversation
+        rng = random.Random(f"{sc.seed}:{u}")
+        offset = sc.users.ramp_up * u / sc.users.count if sc.users.count > 1 else 0.0
+        t_next = self.t0 + offset
+        if not await self._sleep_until(t_next):
+            return
+        conv_index = 1
+        conv = self._new_conversation(u, conv_index)
+        paste = conv_spec.turn.paste
+        rnd = 0
+        while not self.stop_new.is_set():
+            if sc.rounds is not None and rnd >= sc.rounds:
+                break
+            rnd += 1
+            excerpt = None
+            if paste is not None and self.corpus is not None:
+                lo = max(1, round(paste.tokens[0] * self.paste_scale))
+                hi = max(lo, round(paste.tokens[1] * self.paste_scale))
+                excerpt = self.corpus.excerpt(rng, lo, hi)
+            question = rng.choice(conv_spec.turn.ask)
+            added = (excerpt.tokens if excerpt else 0) + count_tokens(question) + MESSAGE_OVERHEAD
+            if conv.turns > 0 and conv.known_tokens() + added > conv_spec.ceiling_tokens:
+                conv_index += 1
+                conv = self._new_conversation(u, conv_index)
+            user_text = conv.user_message(excerpt.text if excerpt else None, question)
+            messages = conv.request_messages(user_text)
+            prompt_est = conv.tokens_est + count_tokens(user_text) + MESSAGE_OVERHEAD
+            rec = RequestRecord(
+                user=u,
+                conversation=conv_index,
+                round=rnd,
+                turn=conv.turns + 1,
+                warmup=rnd <= sc.warmup.rounds,
+                prompt_tokens_est=prompt_est,
+                reusable_tokens=conv.reusable_tokens() if conv_spec.cache != "cold" else 0,
+                conversation_tokens=conv.known_tokens() + added,
+                paste_tokens=excerpt.tokens if excerpt else 0,
+            )
+            if rec.warmup:
+                rec.phase = "warmup"
+            body = build_body(sc, self.model, messages)
+            self.live.on_send(u, rnd, conv_index, rec.conversation_tokens)
+            reply = Reply("", "")
+            try:
+                reply = await self.client.chat(body, rec, t_next)
+            finally:
+                self._finish(rec)
+            if rec.outcome in ("ok", "reasoning_only"):
+                conv.commit_turn(user_text, reply.content, reply.reasoning, rec.prompt_tokens)
+            elif rec.error_class == "context_exceeded":
+                self.recorder.event(
+                    RunEvent(
+                        self.now(),
+                        "context_exceeded",
+                        f"user {u}: server refused a {rec.conversation_tokens}-token "
+                        "conversation as too long; starting a new conversation "
+                        "(lower conversation.ceiling_tokens)",
+                        "warning",
+                        user=u,
+                    )
+                )
+                conv_index += 1
+                conv = self._new_conversation(u, conv_index)
+            self.live.set_state(u, "thinking")
+            t_next = time.perf_counter() + think_seconds(rng, sc.users.think_time)
+            if rec.error_class == "http_429" and rec.retry_after_s:
+                t_next = max(t_next, time.perf_counter() + rec.retry_after_s)
+            if not await self._sleep_until(t_next):
+                break
+
+    def _new_conversation(self, u: int, index: int) -> Conversation:
+        spec = self.sc.conversation
+        return Conversation(
+            user=u,
+            index=index,
+            cache=spec.cache,
+            run_nonce=self.nonce,
+            system_prompt=spec.system_prompt,
+            keep_reasoning=spec.keep_reasoning,
+        )
+
+    def _finish(self, rec: RequestRecord) -> None:
+        self.recorder.write_request(rec)
+        self.live.on_record(rec, self.now())
+        self._requests += 1
+        if rec.outcome == "error" and rec.error_class != "cancelled":
+            self._errors += 1
+        self._tokens += (rec.prompt_tokens or rec.prompt_tokens_est) + rec.completion_tokens
+        lim = self.sc.limits
+        if lim.max_total_tokens is not None and self._tokens >= lim.max_total_tokens:
+            self.request_stop("limit: max_total_tokens")
+        if (
+            lim.max_error_rate is not None
+            and self._requests >= lim.min_requests
+            and self._errors / self._requests > lim.max_error_rate
+        ):
+            self.request_stop("limit: max_error_rate")

@@ -1,0 +1,75 @@
+"""The one record every request ends in (a line of ``requests.jsonl``).
+
+Exactly one record per request sent: success or a classified failure, never nothing.
+Times are seconds; ``t_*`` fields are seconds since the run started (perf_counter clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Outcome = Literal["ok", "empty", "reasoning_only", "truncated", "error"]
+OUTCOMES: tuple[Outcome, ...] = ("ok", "empty", "reasoning_only", "truncated", "error")
+
+ErrorClass = Literal[
+    "connect",  # could not open a connection (refused, DNS, connect timeout)
+    "reset",  # the connection broke after the request was under way
+    "http_429",  # rate limited (retry_after_s kept)
+    "http_4xx",
+    "http_5xx",
+    "context_exceeded",  # HTTP 400 because the prompt does not fit the server's context
+    "first_token_timeout",  # no generated token within timeouts.first_token
+    "stall",  # no bytes for timeouts.stall after the first token
+    "total_timeout",  # the request outlived timeouts.total
+    "malformed_stream",  # a chunk that is not valid JSON, or an unreadable body
+    "stream_error",  # the server sent an error object inside a 200 stream
+    "cancelled",  # stopped by the user (Ctrl-C twice) or the run's drain deadline
+]
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    user: int
+    conversation: int
+    round: int
+    turn: int
+    """Turn number within the conversation (1 = first)."""
+    phase: str = "main"
+    warmup: bool = False
+    t_sched: float = 0.0
+    t_start: float = 0.0
+    queue_s: float = 0.0
+    ttft_s: float | None = None
+    ttfc_s: float | None = None
+    e2e_s: float | None = None
+    decode_tok_s: float | None = None
+    prompt_tokens: int | None = None
+    prompt_tokens_est: int = 0
+    prompt_source: str = "estimate"
+    cached_tokens: int | None = None
+    cache_source: str | None = None
+    reusable_tokens: int = 0
+    completion_tokens: int = 0
+    tokens_source: str = "chunks"
+    reasoning_tokens: int = 0
+    content_chars: int = 0
+    reasoning_chars: int = 0
+    chunks_content: int = 0
+    chunks_reasoning: int = 0
+    chunks_empty: int = 0
+    reasoning_field: str | None = None
+    max_gap_s: float | None = None
+    finish_reason: str | None = None
+    saw_done: bool = False
+    streamed: bool = True
+    outcome: Outcome = "ok"
+    error_class: ErrorClass | None = None
+    error: str | None = None
+    http_status: int | None = None
+    retry_after_s: float | None = None
+    reconnects: int = 0
+    diagnosis: str | None = None
+    conversation_tokens: int = 0
+    paste_tokens: int = 0
+    server_timings: dict[str, Any] | None = None

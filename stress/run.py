@@ -1,0 +1,355 @@
+"""One run from start to finish: pre-flight, run directory, engine, UI, summary.
+
+This is the only place that wires the pieces together. Whatever happens during the run
+(an exception, Ctrl-C, a limit), the ``finally`` path flushes the files, completes the
+manifest and writes the summary: a failure is recorded, data already collected is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+import stress
+from stress.calibrate import server_token_count
+from stress.client import ChatClient, TimeoutPolicy
+from stress.collectors.base import Collector, RunClock
+from stress.corpus import Corpus
+from stress.engine import Engine
+from stress.errors import TargetError
+from stress.events import RunEvent
+from stress.headless import HeadlessPrinter
+from stress.live import Live
+from stress.recorder import Recorder, new_run_dir, write_json
+from stress.scenario import LoadedScenario
+from stress.secrets import REDACTOR, load_api_key, safe_url
+from stress.summary import build_summary, render_summary
+from stress.tokens import get_tokenizer
+
+PACKAGES = ("aiohttp", "orjson", "numpy", "pydantic", "tiktoken", "uvloop", "nvidia-ml-py")
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    run_dir: Path
+    summary: dict[str, Any]
+    exit_reason: str
+
+
+@dataclass(slots=True)
+class Target:
+    url: str
+    headers: dict[str, str]
+    model: str
+    models: list[dict[str, Any]] = field(default_factory=list)
+    sim: Any = None
+
+
+def make_session(limit: int, connect_s: float, force_close: bool = False) -> aiohttp.ClientSession:
+    """One explicit pool: a limit at least the user count, connect timeout, big buffer."""
+    connector = aiohttp.TCPConnector(
+        limit=limit, limit_per_host=limit, force_close=force_close, keepalive_timeout=30
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect_s),
+        read_bufsize=1 << 20,
+        auto_decompress=False,
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_target(
+    loaded: LoadedScenario, session: aiohttp.ClientSession
+) -> AsyncIterator[Target]:
+    """Resolve the target: start the simulator if asked, read the key, find the model."""
+    sc = loaded.scenario
+    t = sc.target
+    key_file = loaded.resolve(t.api_key_file) if t.api_key_file else None
+    key = load_api_key(t.api_key_env, key_file)
+    headers = dict(t.headers)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    sim = None
+    url = t.url
+    if url == "sim":
+        from stress.sim import SimConfig, start_sim
+
+        sim = await start_sim(SimConfig.model_validate(t.sim))
+        url = sim.url
+    try:
+        models = await list_models(session, url, headers)
+        model = t.model
+        if model == "auto":
+            if not models:
+                raise TargetError(
+                    f"{safe_url(url)}/v1/models lists no model -- fix: set target.model"
+                )
+            model = str(models[0].get("id"))
+        yield Target(url=url, headers=headers, model=model, models=models, sim=sim)
+    finally:
+        if sim is not None:
+            await sim.close()
+
+
+async def list_models(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str]
+) -> list[dict[str, Any]]:
+    where = safe_url(url)
+    try:
+        async with session.get(
+            url + "/v1/models", headers=headers, timeout=aiohttp.ClientTimeout(total=30)
+        ) as resp:
+            if resp.status in (401, 403):
+                raise TargetError(
+                    f"{where} refused the API key (HTTP {resp.status}) -- fix: set "
+                    "target.api_key_env to a variable holding a valid key"
+                )
+            if resp.status != 200:
+                raise TargetError(
+                    f"{where}/v1/models answered HTTP {resp.status} -- fix: check that the "
+                    "target is an OpenAI-compatible server root (no /v1 suffix)"
+                )
+            obj = await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise TargetError(
+            f"cannot reach {where} ({type(e).__name__}) -- fix: start the server, or pass "
+            "--target URL (or --target sim for the built-in simulator)"
+        ) from None
+    except ValueError:
+        raise TargetError(f"{where}/v1/models did not return JSON") from None
+    data = obj.get("data") if isinstance(obj, dict) else None
+    return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+
+
+def versions() -> dict[str, str]:
+    out = {"stress": stress.__version__, "python": platform.python_version()}
+    for name in PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            out[name] = importlib.metadata.version(name)
+    return out
+
+
+def _collectors(
+    loaded: LoadedScenario,
+    recorder: Recorder,
+    clock: RunClock,
+    session: aiohttp.ClientSession,
+    target: Target,
+) -> list[Collector]:
+    """Collectors that are available in this build (server metrics, GPUs)."""
+    out: list[Collector] = []
+    tele = loaded.scenario.telemetry
+    if tele.server_metrics:
+        try:
+            from stress.collectors.server import ServerCollector
+        except ImportError:
+            pass
+        else:
+            out.append(
+                ServerCollector(
+                    recorder,
+                    clock,
+                    tele.interval,
+                    session=session,
+                    base_url=target.url,
+                    headers=target.headers,
+                    kind=loaded.scenario.target.server,
+                )
+            )
+    return out
+
+
+async def execute(
+    loaded: LoadedScenario, out_dir: Path, *, progress_interval: float | None = None
+) -> RunOutcome:
+    sc = loaded.scenario
+    users = sc.users.count
+    limit = max(users, sc.connection.limit or 0) + 4
+    session = make_session(limit, sc.timeouts.connect, force_close=not sc.connection.reuse)
+    try:
+        async with open_target(loaded, session) as target:
+            return await _run(loaded, out_dir, session, target, progress_interval)
+    finally:
+        await session.close()
+
+
+async def _run(
+    loaded: LoadedScenario,
+    out_dir: Path,
+    session: aiohttp.ClientSession,
+    target: Target,
+    progress_interval: float | None,
+) -> RunOutcome:
+    sc = loaded.scenario
+    tokenizer = get_tokenizer()
+    corpus: Corpus | None = None
+    paste_scale, calibration = 1.0, "tokenizer: local " + tokenizer.name
+    paste = sc.conversation.turn.paste
+    if paste is not None:
+        corpus = await asyncio.to_thread(Corpus, loaded.resolve(paste.corpus), tokenizer)
+        if sc.target.tokenizer != "tiktoken":
+            sample = corpus.docs[0].paragraphs[0][:4000]
+            got = await server_token_count(
+                session, target.url, target.headers, target.model, sample
+            )
+            local = tokenizer.count(sample)
+            if got and local:
+                ratio = got[0] / local
+                if 0.3 <= ratio <= 3.0:
+                    paste_scale = 1.0 / ratio
+                    calibration = (
+                        f"server {got[1]}: {ratio:.3f} server tokens per {tokenizer.name} token"
+                    )
+    run_dir = new_run_dir(out_dir, sc.name)
+    live = Live(sc.users.count)
+    printer = HeadlessPrinter(
+        lambda: live.snapshot(clock.now()),
+        sc.duration,
+        progress_interval or (5.0 if (sc.duration or 0) <= 900 else 15.0),
+    )
+
+    def on_event(ev: RunEvent) -> None:
+        live.on_event(ev)
+        printer.on_event(ev)
+
+    recorder = Recorder(run_dir, on_event=on_event)
+    clock = RunClock.start()
+    nonce = uuid.uuid4().hex[:10]
+    manifest: dict[str, Any] = {
+        "run_id": run_dir.name,
+        "scenario": sc.model_dump(mode="json"),
+        "scenario_file": str(loaded.path),
+        "scenario_sha256": loaded.sha256,
+        "versions": versions(),
+        "host": {
+            "hostname": socket.gethostname(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+        },
+        "target_url": "sim (built-in simulator)" if target.sim else safe_url(target.url),
+        "model": target.model,
+        "models": target.models,
+        "tokenizer": tokenizer.name,
+        "token_budget": calibration,
+        "paste_scale": paste_scale,
+        "cache_isolation": f"run nonce {nonce} in every prompt's opening marker",
+        "start_time": clock.wall_t0,
+        "end_time": None,
+        "exit_reason": None,
+        "command": [os.path.basename(sys.argv[0]), *sys.argv[1:]],
+    }
+    write_json(run_dir / "manifest.json", manifest)
+    client = ChatClient(
+        session,
+        target.url,
+        target.headers,
+        TimeoutPolicy(
+            sc.timeouts.connect, sc.timeouts.first_token, sc.timeouts.stall, sc.timeouts.total
+        ),
+        fresh_session=lambda: make_session(sc.users.count + 4, sc.timeouts.connect, True),
+        clock_t0=clock.t0_ns / 1e9,
+    )
+    engine = Engine(
+        sc,
+        client,
+        recorder,
+        live,
+        corpus,
+        target.model,
+        nonce,
+        clock.t0_ns / 1e9,
+        paste_scale=paste_scale,
+        on_stop=lambda reason: printer.line(
+            f"[{clock.now():6.1f}s] stopping ({reason}): no new turns; finishing requests in flight"
+        ),
+    )
+    collectors = _collectors(loaded, recorder, clock, session, target)
+    stop_bg = asyncio.Event()
+    background = [asyncio.create_task(_flusher(recorder, stop_bg))]
+    background.append(asyncio.create_task(printer.run(stop_bg)))
+    background += [asyncio.create_task(c.run(stop_bg)) for c in collectors]
+    background.append(asyncio.create_task(_mirror(live, collectors, stop_bg)))
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def on_sigint() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        if interrupts == 1:
+            engine.request_stop("interrupted")
+            printer.line("Ctrl-C: finishing requests in flight; Ctrl-C again cancels them")
+        else:
+            engine.cancel_in_flight()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_sigint)
+    printer.line(
+        f"stress {stress.__version__}: {sc.name} -> {manifest['target_url']} model "
+        f"{target.model}, {sc.users.count} users, cache {sc.conversation.cache}; "
+        f"writing {run_dir}"
+    )
+    exit_reason = "crashed"
+    try:
+        result = await engine.run()
+        exit_reason = result.exit_reason
+    except BaseException as e:
+        recorder.event(RunEvent(clock.now(), "run_crashed", f"{type(e).__name__}: {e}", "error"))
+        raise
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+        stop_bg.set()
+        await asyncio.gather(*background, return_exceptions=True)
+        await client.close()
+        manifest["end_time"] = time.time()
+        manifest["duration_s"] = clock.now()
+        manifest["exit_reason"] = exit_reason
+        manifest["collectors"] = {c.name: _safe_summary(c) for c in collectors}
+        recorder.close()
+        write_json(run_dir / "manifest.json", manifest)
+    summary = build_summary(run_dir)
+    printer.line("")
+    printer.line(render_summary(summary))
+    printer.line(f"\nrun directory: {run_dir}")
+    return RunOutcome(run_dir, summary, exit_reason)
+
+
+def _safe_summary(c: Collector) -> dict[str, Any]:
+    try:
+        return c.summary()
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {REDACTOR.text(str(e))}"}
+
+
+async def _flusher(recorder: Recorder, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+        recorder.flush()
+
+
+async def _mirror(live: Live, collectors: list[Collector], stop: asyncio.Event) -> None:
+    """Copy each collector's small live view into the live state once a second."""
+    while not stop.is_set():
+        for c in collectors:
+            with contextlib.suppress(Exception):
+                live.collectors[c.name] = c.live()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
