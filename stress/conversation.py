@@ -15,6 +15,7 @@ previous run's cache.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass, field
 from typing import Literal
@@ -46,7 +47,10 @@ class Conversation:
         if self.cache == "shared":
             system = f"[run {self.run_nonce}]\n{self.system_prompt}"
         else:  # per_user and cold: the user/conversation marker opens the prompt
-            system = f"[session {self.run_nonce}-u{self.user:03d}-c{self.index:03d}]\n"
+            # The unique part comes first, so two users differ from the first token on
+            # (servers that cache at token rather than block granularity share nothing).
+            uid = hashlib.sha1(f"{self.run_nonce}:{self.user}:{self.index}".encode()).hexdigest()
+            system = f"[{uid[:10]} user {self.user} conversation {self.index}]\n"
             system += self.system_prompt
         self.messages = [{"role": "system", "content": system}]
         self.tokens_est = count_tokens(system) + MESSAGE_OVERHEAD

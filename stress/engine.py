@@ -101,6 +101,7 @@ class Engine:
         self._requests = 0
         self._errors = 0
         self._tokens = 0
+        self._past_warmup = 0
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -199,6 +200,10 @@ class Engine:
             if sc.rounds is not None and rnd >= sc.rounds:
                 break
             rnd += 1
+            if rnd == sc.warmup.rounds + 1 and sc.warmup.rounds:
+                self._past_warmup += 1
+                if self._past_warmup == sc.users.count and not self.stop_new.is_set():
+                    self.live.phase = "running"
             excerpt = None
             if paste is not None and self.corpus is not None:
                 lo = max(1, round(paste.tokens[0] * self.paste_scale))

@@ -304,6 +304,15 @@ async def _run(
         f"{target.model}, {sc.users.count} users, cache {sc.conversation.cache}; "
         f"writing {run_dir}"
     )
+    recorder.event(
+        RunEvent(
+            clock.now(),
+            "run_started",
+            f"{sc.name}: {sc.users.count} users",
+            "info",
+            data={"run_nonce": nonce},
+        )
+    )
     exit_reason = "crashed"
     try:
         result = await engine.run()

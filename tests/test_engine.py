@@ -1,0 +1,139 @@
+"""The engine end to end against a scripted server: cache modes, growth, ceiling, limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import web
+
+from stress.run import execute
+from stress.scenario import load_scenario
+from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make(tmp_path: Path, url: str, *, cache: str = "per_user", users: int = 2, rounds: int = 3,
+         ceiling: int = 20000, tokens: str = "[300, 500]", extra: str = "") -> Any:
+    p = tmp_path / "s.yaml"
+    p.write_text(f"""\
+name: engine_test
+target: {{url: "{url}"}}
+users: {{count: {users}, think_time: {{min: 0s, max: 0.01s}}}}
+rounds: {rounds}
+conversation:
+  cache: {cache}
+  ceiling_tokens: {ceiling}
+  turn:
+    paste: {{corpus: {ROOT / "corpora" / "en"}, tokens: {tokens}}}
+    ask: ["Q1?", "Q2?"]
+warmup: {{rounds: 1}}
+{extra}
+""")
+    return load_scenario(p)
+
+
+async def reply_script(request: web.Request, body: dict[str, Any], n: int) -> web.StreamResponse:
+    # usage.prompt_tokens is what a server would count: roughly 4 characters a token
+    prompt = sum(len(m["content"]) for m in body["messages"]) // 4
+    parts = [chunk(f"reply-{n}"), chunk(" done", finish="stop"), usage_chunk(prompt, 2), DONE]
+    return await stream(request, parts)
+
+
+def first_content(body: dict[str, Any]) -> str:
+    return str(body["messages"][0]["content"])
+
+
+def lines(d: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(x) for x in (d / "requests.jsonl").read_bytes().splitlines()]
+
+
+async def test_per_user_prefixes_are_unique_and_history_grows(tmp_path: Path) -> None:
+    async with serve(FakeServer(script=reply_script)) as server:
+        outcome = await execute(make(tmp_path, server.url), tmp_path / "out")
+    reqs = server.requests
+    assert len(reqs) == 6
+    by_user: dict[str, list[dict[str, Any]]] = {}
+    for body in reqs:
+        by_user.setdefault(first_content(body)[:40], []).append(body)
+    assert len(by_user) == 2  # one opening per user, shared by none
+    a, b = (first_content(v[0]) for v in by_user.values())
+    assert a[1:11] != b[1:11]  # the opening marker (first tokens) is unique per user
+    for bodies in by_user.values():
+        sizes = [len(b["messages"]) for b in bodies]
+        assert sizes == [2, 4, 6]  # system + user, then each reply is appended
+        assert bodies[1]["messages"][2]["role"] == "assistant"
+        assert bodies[1]["messages"][2]["content"].startswith("reply-")
+    recs = lines(outcome.run_dir)
+    assert [r["warmup"] for r in recs].count(True) == 2
+    assert all(r["reusable_tokens"] > 0 for r in recs if r["turn"] > 1)
+    assert all(b["stream"] and b["stream_options"] == {"include_usage": True} for b in reqs)
+
+
+async def test_cold_mode_every_request_starts_differently(tmp_path: Path) -> None:
+    async with serve(FakeServer(script=reply_script)) as server:
+        await execute(make(tmp_path, server.url, cache="cold"), tmp_path / "out")
+    starts = [first_content(b)[:30] for b in server.requests]
+    assert len(starts) == 6 and len(set(starts)) == 6
+
+
+async def test_shared_mode_shares_the_system_prompt_only(tmp_path: Path) -> None:
+    async with serve(FakeServer(script=reply_script)) as server:
+        await execute(make(tmp_path, server.url, cache="shared"), tmp_path / "out")
+    systems = {first_content(b) for b in server.requests}
+    assert len(systems) == 1
+    first_user_msgs = {b["messages"][1]["content"][:12] for b in server.requests}
+    assert len(first_user_msgs) == 2  # per-user content right after the shared prompt
+
+
+async def test_ceiling_starts_a_new_conversation(tmp_path: Path) -> None:
+    async with serve(FakeServer(script=reply_script)) as server:
+        outcome = await execute(
+            make(tmp_path, server.url, users=1, rounds=6, ceiling=1200, tokens="[400, 500]"),
+            tmp_path / "out",
+        )
+    recs = lines(outcome.run_dir)
+    assert max(r["conversation"] for r in recs) >= 2
+    assert all(r["conversation_tokens"] <= 1200 for r in recs)
+    assert {r["turn"] for r in recs if r["conversation"] == 2} >= {1}
+
+
+async def test_paste_budgets_are_respected(tmp_path: Path) -> None:
+    async with serve(FakeServer(script=reply_script)) as server:
+        outcome = await execute(make(tmp_path, server.url, tokens="[300, 500]"), tmp_path / "out")
+    pastes = [r["paste_tokens"] for r in lines(outcome.run_dir)]
+    assert all(290 <= p <= 500 for p in pastes), pastes
+
+
+async def test_reasoning_switch_and_extra_body_are_sent(tmp_path: Path) -> None:
+    extra = "request: {reasoning: 'off', max_tokens: 77, extra_body: {top_k: 5}}"
+    async with serve(FakeServer(script=reply_script)) as server:
+        await execute(make(tmp_path, server.url, users=1, rounds=1, extra=extra), tmp_path / "o")
+    [body] = server.requests
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert body["max_tokens"] == 77 and body["top_k"] == 5
+
+
+async def test_error_rate_limit_stops_the_run(tmp_path: Path) -> None:
+    async def failing(request: web.Request, body: dict[str, Any], n: int) -> web.StreamResponse:
+        return web.json_response({"error": {"message": "down"}}, status=503)
+
+    extra = "limits: {max_error_rate: 0.5, min_requests: 4}"
+    async with serve(FakeServer(script=failing)) as server:
+        outcome = await execute(make(tmp_path, server.url, rounds=50, extra=extra),
+                                tmp_path / "out")
+    assert outcome.exit_reason == "limit: max_error_rate"
+    assert len(lines(outcome.run_dir)) < 20
+
+
+@pytest.mark.parametrize("mode", ["per_user", "cold"])
+async def test_reruns_do_not_share_prefixes(tmp_path: Path, mode: str) -> None:
+    """The run nonce keeps a second run from hitting the first run's cache."""
+    async with serve(FakeServer(script=reply_script)) as server:
+        await execute(make(tmp_path, server.url, users=1, rounds=1, cache=mode), tmp_path / "a")
+        await execute(make(tmp_path, server.url, users=1, rounds=1, cache=mode), tmp_path / "b")
+    first, second = (first_content(b)[:40] for b in server.requests)
+    assert first != second
