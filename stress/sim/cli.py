@@ -1,0 +1,119 @@
+"""``stress sim``: run the simulator as a standalone server until Ctrl-C.
+
+The lead's ``stress/cli.py`` registers the sub-command with ``add_arguments`` and calls
+``main``. Flags cover the main knobs; ``--config FILE`` (YAML of SimConfig fields, faults
+included) covers the rest, and flags given on the command line win over the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from typing import Any
+
+from pydantic import ValidationError
+
+from stress.sim.config import SimConfig, SimConfigError, format_validation_error, load_config_file
+from stress.sim.server import start_sim
+
+# flag dest -> SimConfig field
+_FLAGS: dict[str, str] = {
+    "kv_tokens": "kv_tokens",
+    "block_size": "block_size",
+    "max_seqs": "max_seqs",
+    "time_scale": "time_scale",
+    "dialect": "dialect",
+    "reasoning_tokens": "reasoning_tokens",
+    "seed": "seed",
+    "model": "model",
+    "max_model_len": "max_model_len",
+    "ground_truth": "ground_truth_path",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any)")
+    parser.add_argument("--config", metavar="FILE", help="YAML file of simulator settings")
+    parser.add_argument("--kv-tokens", type=int, help="KV pool size in tokens")
+    parser.add_argument("--block-size", type=int, help="tokens per KV block")
+    parser.add_argument("--max-seqs", type=int, help="most sequences running at once")
+    parser.add_argument("--max-model-len", type=int, help="per-request context limit (tokens)")
+    parser.add_argument(
+        "--time-scale", type=float, help="simulated seconds per wall second (60 = 1 h in 1 min)"
+    )
+    parser.add_argument(
+        "--dialect", choices=["vllm", "sglang", "llamacpp"], help="which server to imitate"
+    )
+    parser.add_argument("--reasoning-tokens", type=int, help="thinking tokens before the answer")
+    parser.add_argument("--seed", type=int, help="seed for replies and faults")
+    parser.add_argument("--model", help="model id to serve (default sim-llm)")
+    parser.add_argument(
+        "--ground-truth", metavar="FILE", help="append per-request server-side truth (JSONL)"
+    )
+
+
+def build_config(args: argparse.Namespace) -> SimConfig:
+    """SimConfig from ``--config`` and flags; raises SimConfigError with one-line problems."""
+    overrides: dict[str, Any] = {}
+    for dest, field in _FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            overrides[field] = value
+    path = getattr(args, "config", None)
+    if path:
+        return load_config_file(path, overrides)
+    try:
+        return SimConfig.model_validate(overrides)
+    except ValidationError as exc:
+        raise SimConfigError(format_validation_error(exc, "command line", {})) from None
+
+
+async def _serve(cfg: SimConfig, host: str, port: int) -> None:
+    sim = await start_sim(cfg, host=host, port=port)
+    print(
+        f"stress sim: {cfg.dialect} simulator serving model {cfg.model!r} at {sim.url} "
+        f"(time scale {cfg.time_scale:g}; Ctrl-C to stop)",
+        flush=True,
+    )
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await sim.close()
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        cfg = build_config(args)
+    except SimConfigError as exc:
+        print(f"stress sim: {exc}", file=sys.stderr)
+        return 2
+    try:
+        runner = _runner()
+        runner(_serve(cfg, args.host, args.port))
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        print(
+            f"stress sim: cannot listen on {args.host}:{args.port} ({exc.strerror or exc}) "
+            "-- fix: pick another --port",
+            file=sys.stderr,
+        )
+        return 2
+    return 0
+
+
+def _runner() -> Any:
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        return uvloop.run
+    return asyncio.run
+
+
+if __name__ == "__main__":  # pragma: no cover - manual use: python -m stress.sim.cli
+    _parser = argparse.ArgumentParser(prog="stress sim")
+    add_arguments(_parser)
+    sys.exit(main(_parser.parse_args()))

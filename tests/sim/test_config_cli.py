@@ -1,0 +1,118 @@
+"""Config files and flags: clear one-line errors, flags over file, a working `stress sim`."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from stress.sim import SimConfig
+from stress.sim.cli import add_arguments, build_config, main
+from stress.sim.config import SimConfigError, load_config_file
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_defaults_are_pleasant() -> None:
+    cfg = SimConfig()
+    assert cfg.model == "sim-llm" and cfg.dialect == "vllm"
+    assert cfg.prefill_tokens_per_s == 4000 and cfg.decode_tokens_per_s == 40
+    assert cfg.reasoning_tokens == 0 and cfg.faults == []
+
+
+def test_scenario_dict_validates_and_rejects_unknown() -> None:
+    cfg = SimConfig.model_validate({"kv_tokens": 65536, "faults": [{"kind": "reset", "rate": 0.1}]})
+    assert cfg.faults[0].kind == "reset"
+    with pytest.raises(ValidationError):
+        SimConfig.model_validate({"kv_tokenz": 1})
+    with pytest.raises(ValidationError):
+        SimConfig.model_validate({"kv_tokens": 1000, "max_model_len": 4000})
+
+
+def test_file_with_faults_and_flag_override(tmp_path: Path) -> None:
+    f = tmp_path / "sim.yaml"
+    f.write_text(
+        "kv_tokens: 65536\ndialect: sglang\nfaults:\n"
+        "  - kind: stall\n    at_seconds: [30]\n    duration_s: 20\n"
+        "  - kind: http_429\n    rate: 0.05\n    retry_after_s: 2\n"
+    )
+    cfg = build_config(parse("--config", str(f), "--kv-tokens", "1024"))
+    assert cfg.kv_tokens == 1024 and cfg.dialect == "sglang"
+    assert [r.kind for r in cfg.faults] == ["stall", "http_429"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("kv_tokens: 100\nblok_size: 16\n", ":2: blok_size: unknown field -- fix: remove it"),
+        ("kv_tokens: lots\n", ":1: kv_tokens: Input should be a valid integer"),
+        ("faults:\n  - kind: explode\n", ":2: faults.0.kind:"),
+        ("kv_tokens: [1\n", "(file):"),
+        ("- 1\n- 2\n", "expected a mapping"),
+    ],
+)
+def test_bad_file_gives_one_clear_line(tmp_path: Path, text: str, expect: str) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    with pytest.raises(SimConfigError) as exc:
+        load_config_file(str(f))
+    msg = str(exc.value)
+    assert expect in msg, msg
+    assert msg.startswith(str(f)) and "Traceback" not in msg and "-- fix:" in msg
+
+
+def test_main_reports_bad_input_without_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(parse("--config", str(tmp_path / "missing.yaml"))) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "missing.yaml" in err and "fix:" in err
+    assert main(parse("--block-size", "0")) == 2
+    err = capsys.readouterr().err
+    assert "command line: block_size" in err
+
+
+def test_cli_serves_until_interrupted() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stress.sim.cli", "--port", "0", "--time-scale", "10"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "http://127.0.0.1:" in line, line
+        url = line.split(" at ", 1)[1].split()[0]
+        import urllib.request
+
+        deadline = time.time() + 5
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/v1/models", timeout=2) as r:
+                    assert b"sim-llm" in r.read()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.05)
+    finally:
+        proc.send_signal(2)
+        rc = proc.wait(timeout=10)
+    assert rc == 0
+    assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+
+
+def test_simulator_does_not_import_textual() -> None:
+    code = "import sys, stress.sim, stress.sim.cli; print('textual' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
