@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from stress import __version__
 from stress.durations import parse_duration
@@ -84,7 +85,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     loaded = with_overrides(
         loaded, users=args.users, duration=args.duration, target=args.target, rounds=args.rounds
     )
-    outcome = run_async(execute(loaded, Path(args.out), progress_interval=args.progress_interval))
+    ui: Literal["headless", "tui"] = "headless"
+    tty = sys.stdout.isatty() and sys.stdin.isatty()
+    if not args.no_tui and tty and importlib.util.find_spec("stress.tui") is not None:
+        ui = "tui"
+    outcome = run_async(
+        execute(loaded, Path(args.out), progress_interval=args.progress_interval, ui=ui)
+    )
     return 0 if outcome.exit_reason != "crashed" else 1
 
 

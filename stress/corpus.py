@@ -69,32 +69,37 @@ class Corpus:
         self.total_tokens = sum(self._weights)
 
     def excerpt(self, rng: random.Random, lo: int, hi: int) -> Excerpt:
-        """An excerpt of between ``lo`` and ``hi`` tokens (as counted by the tokenizer)."""
+        """An excerpt of between ``lo`` and ``hi`` tokens (as counted by the tokenizer).
+
+        Paragraph counts are summed to get close, then the joined text is measured and
+        topped up or trimmed: tokens merge across paragraph joins, so sums are estimates.
+        """
         target = rng.randint(lo, hi)
         d = rng.choices(range(len(self.docs)), weights=self._weights)[0]
-        doc = self.docs[d]
-        i = rng.randrange(len(doc.paragraphs))
+        i = rng.randrange(len(self.docs[d].paragraphs))
+        sources = [self.docs[d].name]
         parts: list[str] = []
-        total = 0
-        sources = [doc.name]
-        steps = 0
-        while total < target and steps < 100_000:
-            steps += 1
-            para, count = doc.paragraphs[i], doc.counts[i]
-            if total + count > target:
-                need = target - total
-                if need >= 8:
-                    parts.append(self._cut(para, need))
+        n = 0
+        for _ in range(64):  # each pass adds text; it converges in a few
+            need = target - n
+            while need > 0:
+                doc = self.docs[d]
+                para, count = doc.paragraphs[i], doc.counts[i]
+                if count > need:
+                    if need >= 4 or not parts:
+                        parts.append(self._cut(para, need))
+                    need = 0
+                else:
+                    parts.append(para)
+                    need -= count + 1
+                i += 1
+                if i >= len(doc.paragraphs):
+                    d, i = (d + 1) % len(self.docs), 0
+                    sources.append(self.docs[d].name)
+            n = self.tok.count("\n\n".join(parts))
+            if n >= lo or n >= target - 2:
                 break
-            parts.append(para)
-            total += count + 1
-            i += 1
-            if i >= len(doc.paragraphs):
-                d = (d + 1) % len(self.docs)
-                doc, i = self.docs[d], 0
-                sources.append(doc.name)
         text = "\n\n".join(parts)
-        n = self.tok.count(text)
         if n > hi:  # joins can add a few tokens: trim back into range
             text = self._cut(text, hi)
             n = self.tok.count(text)

@@ -231,7 +231,7 @@ class Engine:
             if rec.warmup:
                 rec.phase = "warmup"
             body = build_body(sc, self.model, messages)
-            self.live.on_send(u, rnd, conv_index, rec.conversation_tokens)
+            self.live.on_send(rec)
             reply = Reply("", "")
             try:
                 reply = await self.client.chat(body, rec, t_next)

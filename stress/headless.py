@@ -11,7 +11,7 @@ import asyncio
 import sys
 from collections import Counter
 from collections.abc import Callable
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from stress.durations import format_duration
 from stress.events import RunEvent
@@ -19,6 +19,19 @@ from stress.live import Snapshot
 from stress.secrets import REDACTOR
 
 MAX_PER_KIND = 5
+
+
+class UiSink(Protocol):
+    """What the run talks to: the headless printer here, or the TUI (``stress.tui``)."""
+
+    def line(self, text: str) -> None:
+        """Show one message (stopping, Ctrl-C hints)."""
+
+    def on_event(self, ev: RunEvent) -> None:
+        """Show a run event."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Render until ``stop`` is set (the run has ended), then return."""
 
 
 class HeadlessPrinter:

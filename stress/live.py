@@ -1,9 +1,13 @@
 """Bounded live state of a run, and the immutable snapshots the UI renders.
 
-The engine pushes state changes and finished records here; the UI (headless printer now,
-the TUI later) asks for a ``Snapshot`` a few times a second. Nothing here grows with the
-run's length: per-user rows, fixed-size windows of recent values, running totals. The
-exact numbers for the report come from the files on disk, not from here.
+The engine pushes state changes and finished records here; the UI (headless printer or
+TUI) asks for a ``Snapshot`` a few times a second. Nothing here grows with the run's
+length: per-user rows, fixed-size windows of recent values, running totals. The exact
+numbers for the report come from the files on disk, not from here.
+
+The in-flight request of each user is read, not copied, at snapshot time: the client
+updates its record's chunk counters in place, so the live state of a stream (waiting for
+the first token, reasoning, streaming content, current tok/s) costs nothing per chunk.
 """
 
 from __future__ import annotations
@@ -17,11 +21,50 @@ import numpy as np
 from stress.events import RunEvent
 from stress.record import OUTCOMES, RequestRecord
 
-UserState = str  # starting, thinking, waiting, reasoning, streaming, done, error
+UserState = str
+"""starting, thinking, waiting (for the first token), reasoning, streaming, done."""
+RECENT_TURNS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSummary:
+    """One finished turn, for the per-user detail view."""
+
+    round: int
+    conversation: int
+    t_end: float
+    outcome: str
+    error_class: str | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    completion_tokens: int
+    ttft_s: float | None
+    decode_tok_s: float | None
+    e2e_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class UserRow:
+    user: int
+    state: UserState
+    round: int
+    conversation: int
+    conversation_tokens: int
+    last_ttft_s: float | None
+    live_tok_s: float | None
+    """Tokens per second of the stream in flight (chunks since the first token)."""
+    last_decode_tok_s: float | None
+    last_cached_pct: float | None
+    last_retention: float | None
+    ok: int
+    errors: int
+    empty: int
+    last_error: str | None
+    recent: tuple[TurnSummary, ...]
 
 
 @dataclass(slots=True)
-class UserRow:
+class _UserState:
     user: int
     state: UserState = "starting"
     round: int = 0
@@ -35,6 +78,37 @@ class UserRow:
     errors: int = 0
     empty: int = 0
     last_error: str | None = None
+    in_flight: RequestRecord | None = None
+    recent: deque[TurnSummary] = field(default_factory=lambda: deque(maxlen=RECENT_TURNS))
+
+    def row(self, now: float) -> UserRow:
+        state, live_tok_s = self.state, None
+        rec = self.in_flight
+        if rec is not None:
+            if rec.ttft_s is None:
+                state = "waiting"
+            else:
+                state = "streaming" if rec.chunks_content else "reasoning"
+                elapsed = now - (rec.t_start + rec.ttft_s)
+                n = rec.chunks_content + rec.chunks_reasoning - 1
+                live_tok_s = n / elapsed if elapsed > 0.05 and n > 0 else None
+        return UserRow(
+            self.user,
+            state,
+            self.round,
+            self.conversation,
+            self.conversation_tokens,
+            self.last_ttft_s,
+            live_tok_s,
+            self.last_decode_tok_s,
+            self.last_cached_pct,
+            self.last_retention,
+            self.ok,
+            self.errors,
+            self.empty,
+            self.last_error,
+            tuple(self.recent),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +125,11 @@ class Snapshot:
     ttft_p50_recent: float | None
     ttft_recent: tuple[float, ...]
     out_tok_s_recent: float
+    out_tok_s_history: tuple[float, ...]
+    """Aggregate output tok/s per 5 s bucket, oldest first (for sparklines)."""
     cached_share_recent: float | None
+    working_set_tokens: int
+    """Sum of the users' live conversation lengths: what the KV pool would need to hold."""
     reconnects: int
     events: tuple[RunEvent, ...]
     collectors: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -59,9 +137,11 @@ class Snapshot:
 
 class Live:
     WINDOW_S = 60.0
+    BUCKET_S = 5.0
+    HISTORY = 120
 
     def __init__(self, n_users: int) -> None:
-        self.rows = [UserRow(user=u) for u in range(n_users)]
+        self._users = [_UserState(user=u) for u in range(n_users)]
         self.phase = "starting"
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self.error_classes: dict[str, int] = {}
@@ -71,45 +151,69 @@ class Live:
         self.reconnects = 0
         self._ttft: deque[tuple[float, float]] = deque(maxlen=512)
         self._done: deque[tuple[float, int, int, int]] = deque(maxlen=4096)
+        self._buckets: deque[tuple[int, int]] = deque(maxlen=self.HISTORY)
         self.events: deque[RunEvent] = deque(maxlen=200)
         self.collectors: dict[str, Any] = {}
 
     def set_state(self, user: int, state: UserState) -> None:
-        self.rows[user].state = state
+        self._users[user].state = state
 
-    def on_send(self, user: int, round_: int, conversation: int, conv_tokens: int) -> None:
-        row = self.rows[user]
-        row.state, row.round, row.conversation = "waiting", round_, conversation
-        row.conversation_tokens = conv_tokens
+    def on_send(self, rec: RequestRecord) -> None:
+        u = self._users[rec.user]
+        u.round, u.conversation = rec.round, rec.conversation
+        u.conversation_tokens = rec.conversation_tokens
+        u.in_flight = rec
+        u.state = "waiting"
         self.in_flight += 1
 
     def on_record(self, rec: RequestRecord, t_end: float) -> None:
         self.in_flight -= 1
-        row = self.rows[rec.user]
+        u = self._users[rec.user]
+        u.in_flight = None
         self.outcomes[rec.outcome] += 1
         if rec.error_class:
             self.error_classes[rec.error_class] = self.error_classes.get(rec.error_class, 0) + 1
-            row.errors += 1
-            row.last_error = rec.error_class
+            u.errors += 1
+            u.last_error = rec.error_class
         elif rec.outcome == "ok":
-            row.ok += 1
+            u.ok += 1
         else:
-            row.empty += 1
+            u.empty += 1
         self.reconnects += rec.reconnects
         prompt = rec.prompt_tokens or 0
         self.prompt_tokens += prompt
         self.completion_tokens += rec.completion_tokens
         if rec.ttft_s is not None:
-            row.last_ttft_s = rec.ttft_s
+            u.last_ttft_s = rec.ttft_s
             if not rec.warmup:
                 self._ttft.append((t_end, rec.ttft_s))
-        row.last_decode_tok_s = rec.decode_tok_s
+        u.last_decode_tok_s = rec.decode_tok_s
         if rec.cached_tokens is not None and prompt:
-            row.last_cached_pct = 100.0 * rec.cached_tokens / prompt
-            row.last_retention = (
+            u.last_cached_pct = 100.0 * rec.cached_tokens / prompt
+            u.last_retention = (
                 rec.cached_tokens / rec.reusable_tokens if rec.reusable_tokens else None
             )
+        u.recent.append(
+            TurnSummary(
+                rec.round,
+                rec.conversation,
+                t_end,
+                rec.outcome,
+                rec.error_class,
+                rec.prompt_tokens,
+                rec.cached_tokens,
+                rec.completion_tokens,
+                rec.ttft_s,
+                rec.decode_tok_s,
+                rec.e2e_s,
+            )
+        )
         self._done.append((t_end, rec.completion_tokens, prompt, rec.cached_tokens or 0))
+        bucket = int(t_end // self.BUCKET_S)
+        if self._buckets and self._buckets[-1][0] == bucket:
+            self._buckets[-1] = (bucket, self._buckets[-1][1] + rec.completion_tokens)
+        else:
+            self._buckets.append((bucket, rec.completion_tokens))
 
     def on_event(self, ev: RunEvent) -> None:
         self.events.append(ev)
@@ -119,15 +223,18 @@ class Live:
         recent_ttft = [v for (te, v) in self._ttft if te >= cutoff]
         done = [d for d in self._done if d[0] >= cutoff]
         span = min(self.WINDOW_S, t) or 1.0
-        out_tok = sum(d[1] for d in done) / span
         prompt = sum(d[2] for d in done)
         cached = sum(d[3] for d in done)
+        rows = tuple(u.row(t) for u in self._users)
+        history: list[float] = []
+        if self._buckets:
+            first, last = self._buckets[0][0], int(t // self.BUCKET_S)
+            by_bucket = dict(self._buckets)
+            history = [by_bucket.get(b, 0) / self.BUCKET_S for b in range(first, last + 1)]
         return Snapshot(
             t=t,
             phase=self.phase,
-            users=tuple(
-                UserRow(**{k: getattr(r, k) for k in UserRow.__slots__}) for r in self.rows
-            ),
+            users=rows,
             outcomes=dict(self.outcomes),
             error_classes=dict(self.error_classes),
             in_flight=self.in_flight,
@@ -136,9 +243,11 @@ class Live:
             completion_tokens=self.completion_tokens,
             ttft_p50_recent=float(np.median(recent_ttft)) if recent_ttft else None,
             ttft_recent=tuple(v for (_, v) in list(self._ttft)[-60:]),
-            out_tok_s_recent=out_tok,
+            out_tok_s_recent=sum(d[1] for d in done) / span,
+            out_tok_s_history=tuple(history[-self.HISTORY :]),
             cached_share_recent=(cached / prompt) if prompt else None,
+            working_set_tokens=sum(r.conversation_tokens for r in rows),
             reconnects=self.reconnects,
-            events=tuple(list(self.events)[-20:]),
+            events=tuple(list(self.events)[-50:]),
             collectors={k: dict(v) for k, v in self.collectors.items()},
         )

@@ -17,6 +17,7 @@ import aiohttp
 import orjson
 
 from stress.errors import StressError, TargetError
+from stress.preflight import with_gpu_info
 from stress.probe import ProbeResult, check_scenario, normalize_base_url, probe, render_probe
 from stress.secrets import REDACTOR, load_api_key
 
@@ -88,9 +89,10 @@ async def _run(target: str, key: str | None, send_test: bool, timeout_s: float) 
     # Fresh connections: pooled keep-alive connections were seen dying between requests.
     connector = aiohttp.TCPConnector(force_close=True, limit=16)
     async with aiohttp.ClientSession(connector=connector) as session:
-        return await probe(
+        result = await probe(
             session, target, headers, send_test_request=send_test, timeout_s=timeout_s
         )
+    return await with_gpu_info(result)
 
 
 def main(args: argparse.Namespace) -> int:

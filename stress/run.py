@@ -20,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 
@@ -32,10 +32,11 @@ from stress.corpus import Corpus
 from stress.engine import Engine
 from stress.errors import TargetError
 from stress.events import RunEvent
-from stress.headless import HeadlessPrinter
+from stress.headless import HeadlessPrinter, UiSink
 from stress.live import Live
+from stress.preflight import preflight
 from stress.recorder import Recorder, new_run_dir, write_json
-from stress.scenario import LoadedScenario
+from stress.scenario import LoadedScenario, time_scaled
 from stress.secrets import REDACTOR, load_api_key, safe_url
 from stress.summary import build_summary, render_summary
 from stress.tokens import get_tokenizer
@@ -57,6 +58,8 @@ class Target:
     model: str
     models: list[dict[str, Any]] = field(default_factory=list)
     sim: Any = None
+    time_scale: float = 1.0
+    """Simulated seconds per wall second (the built-in simulator only)."""
 
 
 def make_session(limit: int, connect_s: float, force_close: bool = False) -> aiohttp.ClientSession:
@@ -86,10 +89,13 @@ async def open_target(
         headers["Authorization"] = f"Bearer {key}"
     sim = None
     url = t.url
+    time_scale = 1.0
     if url == "sim":
         from stress.sim import SimConfig, start_sim
 
-        sim = await start_sim(SimConfig.model_validate(t.sim))
+        sim_config = SimConfig.model_validate(t.sim)
+        time_scale = sim_config.time_scale
+        sim = await start_sim(sim_config)
         url = sim.url
     try:
         models = await list_models(session, url, headers)
@@ -100,7 +106,7 @@ async def open_target(
                     f"{safe_url(url)}/v1/models lists no model -- fix: set target.model"
                 )
             model = str(models[0].get("id"))
-        yield Target(url=url, headers=headers, model=model, models=models, sim=sim)
+        yield Target(url, headers, model, models, sim, time_scale)
     finally:
         if sim is not None:
             await sim.close()
@@ -150,32 +156,38 @@ def _collectors(
     clock: RunClock,
     session: aiohttp.ClientSession,
     target: Target,
+    server_kind: str,
 ) -> list[Collector]:
-    """Collectors that are available in this build (server metrics, GPUs)."""
+    """The collectors this scenario asks for: server metrics and GPUs."""
+    from stress.collectors.gpu import GpuCollector
+    from stress.collectors.server import ServerCollector
+
     out: list[Collector] = []
     tele = loaded.scenario.telemetry
     if tele.server_metrics:
-        try:
-            from stress.collectors.server import ServerCollector
-        except ImportError:
-            pass
-        else:
-            out.append(
-                ServerCollector(
-                    recorder,
-                    clock,
-                    tele.interval,
-                    session=session,
-                    base_url=target.url,
-                    headers=target.headers,
-                    kind=loaded.scenario.target.server,
-                )
+        out.append(
+            ServerCollector(
+                recorder,
+                clock,
+                tele.interval,
+                session=session,
+                base_url=target.url,
+                headers=target.headers,
+                kind=server_kind,
             )
+        )
+    if tele.gpus != "off":
+        selection = None if tele.gpus == "auto" else list(tele.gpus)
+        out.append(GpuCollector(recorder, clock, tele.interval, selection=selection))
     return out
 
 
 async def execute(
-    loaded: LoadedScenario, out_dir: Path, *, progress_interval: float | None = None
+    loaded: LoadedScenario,
+    out_dir: Path,
+    *,
+    progress_interval: float | None = None,
+    ui: Literal["headless", "tui"] = "headless",
 ) -> RunOutcome:
     sc = loaded.scenario
     users = sc.users.count
@@ -183,7 +195,7 @@ async def execute(
     session = make_session(limit, sc.timeouts.connect, force_close=not sc.connection.reuse)
     try:
         async with open_target(loaded, session) as target:
-            return await _run(loaded, out_dir, session, target, progress_interval)
+            return await _run(loaded, out_dir, session, target, progress_interval, ui)
     finally:
         await session.close()
 
@@ -194,8 +206,10 @@ async def _run(
     session: aiohttp.ClientSession,
     target: Target,
     progress_interval: float | None,
+    ui: Literal["headless", "tui"],
 ) -> RunOutcome:
-    sc = loaded.scenario
+    original = loaded.scenario
+    sc = time_scaled(original, target.time_scale)  # what the engine runs, in wall seconds
     tokenizer = get_tokenizer()
     corpus: Corpus | None = None
     paste_scale, calibration = 1.0, "tokenizer: local " + tokenizer.name
@@ -215,24 +229,54 @@ async def _run(
                     calibration = (
                         f"server {got[1]}: {ratio:.3f} server tokens per {tokenizer.name} token"
                     )
+    probe_result, probe_warnings = await preflight(
+        session, target.url, target.headers, sc.conversation.ceiling_tokens, sc.request.max_tokens
+    )
+    server_kind = sc.target.server
+    if server_kind == "auto" and probe_result.kind in ("vllm", "sglang", "llamacpp"):
+        server_kind = probe_result.kind
     run_dir = new_run_dir(out_dir, sc.name)
     live = Live(sc.users.count)
-    printer = HeadlessPrinter(
-        lambda: live.snapshot(clock.now()),
-        sc.duration,
-        progress_interval or (5.0 if (sc.duration or 0) <= 900 else 15.0),
-    )
+    clock = RunClock.start()
+    engine_ref: list[Engine] = []
+    printer: UiSink
+    if ui == "tui":
+        from stress.tui import TuiSink
+
+        header = {
+            "scenario": sc.name,
+            "target": "sim (built-in simulator)" if target.sim else safe_url(target.url),
+            "model": target.model,
+            "server": sc.target.server,
+            "users": sc.users.count,
+            "duration_s": sc.duration,
+            "rounds": sc.rounds,
+            "cache": sc.conversation.cache,
+            "run_dir": str(run_dir),
+        }
+        printer = TuiSink(
+            header,
+            lambda: live.snapshot(clock.now()),
+            on_quit=lambda: engine_ref[0].request_stop("interrupted"),
+            on_cancel=lambda: engine_ref[0].cancel_in_flight(),
+        )
+    else:
+        printer = HeadlessPrinter(
+            lambda: live.snapshot(clock.now()),
+            sc.duration,
+            progress_interval or (5.0 if (sc.duration or 0) <= 900 else 15.0),
+        )
 
     def on_event(ev: RunEvent) -> None:
         live.on_event(ev)
         printer.on_event(ev)
 
     recorder = Recorder(run_dir, on_event=on_event)
-    clock = RunClock.start()
     nonce = uuid.uuid4().hex[:10]
     manifest: dict[str, Any] = {
         "run_id": run_dir.name,
-        "scenario": sc.model_dump(mode="json"),
+        "scenario": original.model_dump(mode="json"),
+        "time_scale": target.time_scale,
         "scenario_file": str(loaded.path),
         "scenario_sha256": loaded.sha256,
         "versions": versions(),
@@ -247,6 +291,9 @@ async def _run(
         "tokenizer": tokenizer.name,
         "token_budget": calibration,
         "paste_scale": paste_scale,
+        "server_kind": server_kind,
+        "probe": probe_result.to_dict(),
+        "probe_warnings": probe_warnings,
         "cache_isolation": f"run nonce {nonce} in every prompt's opening marker",
         "start_time": clock.wall_t0,
         "end_time": None,
@@ -278,7 +325,8 @@ async def _run(
             f"[{clock.now():6.1f}s] stopping ({reason}): no new turns; finishing requests in flight"
         ),
     )
-    collectors = _collectors(loaded, recorder, clock, session, target)
+    engine_ref.append(engine)
+    collectors = _collectors(loaded, recorder, clock, session, target, server_kind)
     stop_bg = asyncio.Event()
     background = [asyncio.create_task(_flusher(recorder, stop_bg))]
     background.append(asyncio.create_task(printer.run(stop_bg)))
@@ -313,6 +361,8 @@ async def _run(
             data={"run_nonce": nonce},
         )
     )
+    for warning in probe_warnings:
+        recorder.event(RunEvent(clock.now(), "preflight", warning, "warning", source="server"))
     exit_reason = "crashed"
     try:
         result = await engine.run()
@@ -330,18 +380,20 @@ async def _run(
         manifest["end_time"] = time.time()
         manifest["duration_s"] = clock.now()
         manifest["exit_reason"] = exit_reason
-        manifest["collectors"] = {c.name: _safe_summary(c) for c in collectors}
+        manifest["collectors"] = {
+            c.name: _safe_summary(c, live.completion_tokens) for c in collectors
+        }
         recorder.close()
         write_json(run_dir / "manifest.json", manifest)
     summary = build_summary(run_dir)
-    printer.line("")
-    printer.line(render_summary(summary))
-    printer.line(f"\nrun directory: {run_dir}")
+    print(REDACTOR.text(f"\n{render_summary(summary)}\n\nrun directory: {run_dir}"), flush=True)
     return RunOutcome(run_dir, summary, exit_reason)
 
 
-def _safe_summary(c: Collector) -> dict[str, Any]:
+def _safe_summary(c: Collector, generated_tokens: int) -> dict[str, Any]:
     try:
+        if c.name == "gpu":  # energy per generated token needs the run's token count
+            return c.summary(total_generated_tokens=generated_tokens)  # type: ignore[call-arg]
         return c.summary()
     except Exception as e:
         return {"error": f"{type(e).__name__}: {REDACTOR.text(str(e))}"}

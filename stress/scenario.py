@@ -489,3 +489,23 @@ def with_overrides(
             ]
         ) from None
     return LoadedScenario(scenario=scenario, path=loaded.path, sha256=loaded.sha256)
+
+
+def time_scaled(scenario: Scenario, scale: float) -> Scenario:
+    """The scenario as the engine must run it when the simulator's clock runs ``scale`` times
+    faster than the wall: every wall-clock duration (run length, ramp-up, think time,
+    timeouts) is divided by ``scale``. Recorded times stay wall times; the summary
+    converts them back to simulated seconds using ``manifest.time_scale``."""
+    if scale == 1:
+        return scenario
+    data = scenario.model_dump()
+    if data["duration"] is not None:
+        data["duration"] /= scale
+    data["users"]["ramp_up"] /= scale
+    think = data["users"]["think_time"]
+    for key in ("min", "max", "mean"):
+        if think[key] is not None:
+            think[key] /= scale
+    for key in data["timeouts"]:
+        data["timeouts"][key] /= scale
+    return Scenario.model_validate(data)

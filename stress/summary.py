@@ -178,6 +178,16 @@ def warnings_for(records: list[dict[str, Any]], manifest: dict[str, Any]) -> lis
     return warns
 
 
+def _rescale(r: dict[str, Any], scale: float) -> dict[str, Any]:
+    r = dict(r)
+    for key in ("ttft_s", "ttfc_s", "e2e_s", "queue_s", "max_gap_s", "t_start", "t_sched"):
+        if r.get(key) is not None:
+            r[key] *= scale
+    if r.get("decode_tok_s") is not None:
+        r["decode_tok_s"] /= scale
+    return r
+
+
 def build_summary(run_dir: Path) -> dict[str, Any]:
     """Compute and write ``summary.json`` for a run directory; return it."""
     manifest_path = run_dir / "manifest.json"
@@ -194,10 +204,13 @@ def build_summary(run_dir: Path) -> dict[str, Any]:
         raise RunDirError(f"{manifest_path} is damaged (not JSON)") from None
     records = read_jsonl(run_dir / "requests.jsonl")
     events = read_jsonl(run_dir / "events.jsonl")
+    scale = float(manifest.get("time_scale") or 1.0)
+    if scale != 1.0:  # simulator time ran faster than the wall: report simulated seconds
+        records = [_rescale(r, scale) for r in records]
     main = [r for r in records if not r.get("warmup")]
     users = sorted({r.get("user", 0) for r in records})
     t_end = max((r.get("t_start", 0) + (r.get("e2e_s") or 0) for r in records), default=0.0)
-    duration = manifest.get("duration_s") or t_end
+    duration = manifest["duration_s"] * scale if manifest.get("duration_s") else t_end
     overall = _group(main)
     overall["output_tok_s"] = (
         sum(r.get("completion_tokens") or 0 for r in main) / duration if duration else None
@@ -208,6 +221,7 @@ def build_summary(run_dir: Path) -> dict[str, Any]:
         "complete": manifest.get("end_time") is not None,
         "exit_reason": manifest.get("exit_reason"),
         "duration_s": duration,
+        "time_scale": scale,
         "cache_mode": manifest.get("scenario", {}).get("conversation", {}).get("cache"),
         "requests_total": len(records),
         "warmup_requests": len(records) - len(main),

@@ -19,22 +19,33 @@ from aiohttp import web
 Script = Callable[[web.Request, dict[str, Any], int], Awaitable[web.StreamResponse]]
 
 
-def chunk(content: str | None = None, *, reasoning: str | None = None,
-          field_name: str = "reasoning", finish: str | None = None) -> bytes:  # noqa: E501
+def chunk(
+    content: str | None = None,
+    *,
+    reasoning: str | None = None,
+    field_name: str = "reasoning",
+    finish: str | None = None,
+) -> bytes:
     delta: dict[str, Any] = {}
     if content is not None:
         delta["content"] = content
     if reasoning is not None:
         delta[field_name] = reasoning
-    obj = {"object": "chat.completion.chunk",
-           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    obj = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-def usage_chunk(prompt: int, completion: int, cached: int | None = None,
-                timings: dict[str, Any] | None = None) -> bytes:
-    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
-                             "total_tokens": prompt + completion}
+def usage_chunk(
+    prompt: int, completion: int, cached: int | None = None, timings: dict[str, Any] | None = None
+) -> bytes:
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
     if cached is not None:
         usage["prompt_tokens_details"] = {"cached_tokens": cached}
     obj: dict[str, Any] = {"object": "chat.completion.chunk", "choices": [], "usage": usage}
@@ -46,8 +57,13 @@ def usage_chunk(prompt: int, completion: int, cached: int | None = None,
 DONE = b"data: [DONE]\n\n"
 
 
-async def stream(request: web.Request, parts: list[bytes], delay: float = 0.0,
-                 status: int = 200, content_type: str = "text/event-stream") -> web.StreamResponse:
+async def stream(
+    request: web.Request,
+    parts: list[bytes],
+    delay: float = 0.0,
+    status: int = 200,
+    content_type: str = "text/event-stream",
+) -> web.StreamResponse:
     resp = web.StreamResponse(status=status, headers={"Content-Type": content_type})
     await resp.prepare(request)
     for p in parts:

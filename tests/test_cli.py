@@ -40,11 +40,28 @@ timeouts: {{drain: {drain}}}
 """
 
 
-def scenario(tmp_path: Path, *, url: str = "sim", users: int = 2, duration: str = "4s",
-             max_tokens: int = 20, drain: str = "10s", extra: str = "") -> Path:
+def scenario(
+    tmp_path: Path,
+    *,
+    url: str = "sim",
+    users: int = 2,
+    duration: str = "4s",
+    max_tokens: int = 20,
+    drain: str = "10s",
+    extra: str = "",
+) -> Path:
     p = tmp_path / "s.yaml"
-    p.write_text(SCENARIO.format(url=url, users=users, duration=duration, max_tokens=max_tokens,
-                                 drain=drain, extra=extra, corpus=ROOT / "corpora" / "en"))
+    p.write_text(
+        SCENARIO.format(
+            url=url,
+            users=users,
+            duration=duration,
+            max_tokens=max_tokens,
+            drain=drain,
+            extra=extra,
+            corpus=ROOT / "corpora" / "en",
+        )
+    )
     return p
 
 
@@ -81,9 +98,20 @@ def records(d: Path) -> list[dict[str, Any]]:
 def test_quickstart_scenario_runs_against_the_simulator(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.run(
-        cli("run", str(ROOT / "scenarios" / "quickstart.yaml"), "--duration", "6s", "--out",
-            str(out), "--progress-interval", "2s"),
-        capture_output=True, text=True, timeout=90, env=env(),
+        cli(
+            "run",
+            str(ROOT / "scenarios" / "quickstart.yaml"),
+            "--duration",
+            "6s",
+            "--out",
+            str(out),
+            "--progress-interval",
+            "2s",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env(),
     )
     assert proc.returncode == 0, proc.stderr
     d = run_dir(out)
@@ -93,7 +121,7 @@ def test_quickstart_scenario_runs_against_the_simulator(tmp_path: Path) -> None:
     assert manifest["scenario"]["conversation"]["cache"] == "per_user"
     assert manifest["model"] == "sim-llm" and manifest["tokenizer"].startswith("tiktoken")
     recs = records(d)
-    assert recs and all(REQUIRED_KEYS <= set(r) for r in recs)
+    assert recs and all(set(r) >= REQUIRED_KEYS for r in recs)
     assert {r["outcome"] for r in recs} == {"ok"}
     assert all(r["chunks_content"] > 0 and r["ttft_s"] > 0 for r in recs)
     summary = orjson.loads((d / "summary.json").read_bytes())
@@ -106,7 +134,10 @@ def test_ctrl_c_once_finishes_in_flight_and_writes_files(tmp_path: Path) -> None
     out = tmp_path / "out"
     proc = subprocess.Popen(
         cli("run", str(scenario(tmp_path, duration="60s", max_tokens=40)), "--out", str(out)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
     )
     d = wait_for_requests(out, 2)
     proc.send_signal(signal.SIGINT)
@@ -123,9 +154,16 @@ def test_ctrl_c_once_finishes_in_flight_and_writes_files(tmp_path: Path) -> None
 def test_ctrl_c_twice_cancels_and_records_in_flight(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        cli("run", str(scenario(tmp_path, users=3, duration="60s", max_tokens=4000)), "--out",
-            str(out)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+        cli(
+            "run",
+            str(scenario(tmp_path, users=3, duration="60s", max_tokens=4000)),
+            "--out",
+            str(out),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
     )
     deadline = time.monotonic() + 30
     d = None
@@ -154,7 +192,9 @@ def test_kill_9_then_report_rebuilds_the_summary(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.Popen(
         cli("run", str(scenario(tmp_path, duration="60s")), "--out", str(out)),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env(),
     )
     d = wait_for_requests(out, 3)
     proc.send_signal(signal.SIGKILL)
@@ -162,8 +202,9 @@ def test_kill_9_then_report_rebuilds_the_summary(tmp_path: Path) -> None:
     n_lines = len(records(d))  # every line parses: the file is valid up to the last flush
     assert n_lines >= 3
     assert not (d / "summary.json").exists()
-    rep = subprocess.run(cli("report", str(d)), capture_output=True, text=True, timeout=30,
-                         env=env())
+    rep = subprocess.run(
+        cli("report", str(d)), capture_output=True, text=True, timeout=30, env=env()
+    )
     assert rep.returncode == 0, rep.stderr
     summary = orjson.loads((d / "summary.json").read_bytes())
     assert summary["requests_total"] == n_lines and summary["complete"] is False
@@ -171,30 +212,46 @@ def test_kill_9_then_report_rebuilds_the_summary(tmp_path: Path) -> None:
 
 
 def test_report_on_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
-    rep = subprocess.run(cli("report", str(tmp_path)), capture_output=True, text=True,
-                         timeout=30, env=env())
+    rep = subprocess.run(
+        cli("report", str(tmp_path)), capture_output=True, text=True, timeout=30, env=env()
+    )
     assert rep.returncode == 1 and "not a run directory" in rep.stderr
     assert "Traceback" not in rep.stderr
 
 
 def test_validate_reports_problems_without_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: x\nusers: {count: -2, colour: red}\nduration: 1m\n"
-                   "conversation: {turn: {ask: [hi]}}\n")
+    bad.write_text(
+        "name: x\nusers: {count: -2, colour: red}\nduration: 1m\n"
+        "conversation: {turn: {ask: [hi]}}\n"
+    )
     proc = subprocess.run(cli("validate", str(bad)), capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith(f"{bad}:2: users.") for line in lines)
-    good = subprocess.run(cli("validate", *map(str, sorted((ROOT / "scenarios").glob("*.yaml")))),
-                          capture_output=True, text=True, timeout=30)
+    good = subprocess.run(
+        cli("validate", *map(str, sorted((ROOT / "scenarios").glob("*.yaml")))),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert good.returncode == 0, good.stderr
 
 
 def test_unreachable_target_is_one_line(tmp_path: Path) -> None:
     proc = subprocess.run(
-        cli("run", str(scenario(tmp_path)), "--target", "http://127.0.0.1:9", "--out",
-            str(tmp_path / "out")),
-        capture_output=True, text=True, timeout=60, env=env(),
+        cli(
+            "run",
+            str(scenario(tmp_path)),
+            "--target",
+            "http://127.0.0.1:9",
+            "--out",
+            str(tmp_path / "out"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env(),
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("stress: cannot reach http://127.0.0.1:9")
@@ -217,7 +274,8 @@ async def test_api_key_from_environment_never_reaches_files_or_output(tmp_path: 
         path = scenario(tmp_path, url=server.url, duration="3s", extra=", api_key_env: MY_KEY")
         proc = await asyncio.create_subprocess_exec(
             *cli("run", str(path), "--out", str(tmp_path / "out")),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
             env=env(MY_KEY=SECRET),
         )
         stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
@@ -233,7 +291,12 @@ async def test_api_key_from_environment_never_reaches_files_or_output(tmp_path: 
 
 def test_missing_key_variable_is_one_line(tmp_path: Path) -> None:
     path = scenario(tmp_path, extra=", api_key_env: NOT_SET_ANYWHERE_X")
-    proc = subprocess.run(cli("run", str(path), "--out", str(tmp_path / "out")),
-                          capture_output=True, text=True, timeout=60, env=env())
+    proc = subprocess.run(
+        cli("run", str(path), "--out", str(tmp_path / "out")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env(),
+    )
     assert proc.returncode == 1 and "NOT_SET_ANYWHERE_X" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -21,17 +21,27 @@ BODY = orjson.dumps({"model": "m", "messages": [], "stream": True})
 
 async def one(server: FakeServer, policy: TimeoutPolicy = POLICY) -> tuple[RequestRecord, str]:
     async with serve(server), aiohttp.ClientSession() as session:
-        client = ChatClient(session, server.url, {}, policy,
-                            fresh_session=lambda: aiohttp.ClientSession(
-                                connector=aiohttp.TCPConnector(force_close=True)))
+        client = ChatClient(
+            session,
+            server.url,
+            {},
+            policy,
+            fresh_session=lambda: aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True)
+            ),
+        )
         rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
         reply = await client.chat(BODY, rec, time.perf_counter())
         await client.close()
         return rec, reply.content
 
 
-def scripted(parts: list[bytes], delay: float = 0.0, status: int = 200,
-             content_type: str = "text/event-stream") -> FakeServer:
+def scripted(
+    parts: list[bytes],
+    delay: float = 0.0,
+    status: int = 200,
+    content_type: str = "text/event-stream",
+) -> FakeServer:
     async def script(request: web.Request, body: dict[str, Any], n: int) -> web.StreamResponse:
         return await stream(request, parts, delay=delay, status=status, content_type=content_type)
 
@@ -39,8 +49,7 @@ def scripted(parts: list[bytes], delay: float = 0.0, status: int = 200,
 
 
 async def test_ok_stream_counts_and_times() -> None:
-    parts = [chunk("a"), chunk("b"), chunk("c", finish="stop"), usage_chunk(50, 3, cached=32),
-             DONE]
+    parts = [chunk("a"), chunk("b"), chunk("c", finish="stop"), usage_chunk(50, 3, cached=32), DONE]
     rec, text = await one(scripted(parts, delay=0.02))
     assert rec.outcome == "ok" and text == "abc"
     assert (rec.chunks_content, rec.chunks_reasoning) == (3, 0)
@@ -55,8 +64,12 @@ async def test_ok_stream_counts_and_times() -> None:
 
 @pytest.mark.parametrize("field_name", ["reasoning", "reasoning_content"])
 async def test_reasoning_fields_are_read_and_ttft_is_first_reasoning(field_name: str) -> None:
-    parts = [chunk(reasoning="think", field_name=field_name),
-             chunk(reasoning="ing", field_name=field_name), chunk("answer", finish="stop"), DONE]
+    parts = [
+        chunk(reasoning="think", field_name=field_name),
+        chunk(reasoning="ing", field_name=field_name),
+        chunk("answer", finish="stop"),
+        DONE,
+    ]
     rec, text = await one(scripted(parts, delay=0.05))
     assert rec.outcome == "ok" and text == "answer"
     assert rec.reasoning_field == field_name
@@ -85,8 +98,9 @@ async def test_truncated_stream() -> None:
 
 
 async def test_malformed_chunk() -> None:
-    rec, _ = await one(scripted([chunk("a"), b"data: {not json\n\n", chunk("b", finish="stop"),
-                                 DONE]))
+    rec, _ = await one(
+        scripted([chunk("a"), b"data: {not json\n\n", chunk("b", finish="stop"), DONE])
+    )
     assert rec.outcome == "error" and rec.error_class == "malformed_stream"
 
 
@@ -102,10 +116,17 @@ async def test_error_object_inside_stream() -> None:
         (500, b'{"error": {"message": "boom"}}', "http_5xx"),
         (503, b"busy", "http_5xx"),
         (404, b'{"detail": "no route"}', "http_4xx"),
-        (400, b'{"error":{"code":400,"message":"the request exceeds the available context size",'
-              b'"type":"exceed_context_size_error"}}', "context_exceeded"),
-        (400, b'{"error": {"message": "This model\'s maximum context length is 4096 tokens"}}',
-         "context_exceeded"),
+        (
+            400,
+            b'{"error":{"code":400,"message":"the request exceeds the available context size",'
+            b'"type":"exceed_context_size_error"}}',
+            "context_exceeded",
+        ),
+        (
+            400,
+            b'{"error": {"message": "This model\'s maximum context length is 4096 tokens"}}',
+            "context_exceeded",
+        ),
     ],
 )
 async def test_http_errors_are_classified(status: int, body: bytes, expected: str) -> None:
@@ -116,8 +137,9 @@ async def test_http_errors_are_classified(status: int, body: bytes, expected: st
 
 async def test_429_keeps_retry_after() -> None:
     async def script(request: web.Request, body: dict[str, Any], n: int) -> web.StreamResponse:
-        return web.json_response({"error": {"message": "slow down"}}, status=429,
-                                 headers={"Retry-After": "7"})
+        return web.json_response(
+            {"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "7"}
+        )
 
     rec, _ = await one(FakeServer(script=script))
     assert rec.error_class == "http_429" and rec.retry_after_s == 7.0
@@ -203,7 +225,7 @@ async def _closing_server() -> tuple[asyncio.Server, int, list[int]]:
     a second request arrives on it, without a byte of reply (a server that closed an idle
     keep-alive connection under the client's feet)."""
     served: list[int] = []
-    body = (chunk("hi", finish="stop") + DONE)
+    body = chunk("hi", finish="stop") + DONE
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         n = 0
@@ -220,8 +242,10 @@ async def _closing_server() -> tuple[asyncio.Server, int, list[int]]:
                     writer.close()
                     return
                 served.append(1)
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
@@ -233,9 +257,15 @@ async def _closing_server() -> tuple[asyncio.Server, int, list[int]]:
 async def test_dead_pooled_connection_is_retried_once_on_a_fresh_one() -> None:
     srv, port, served = await _closing_server()
     async with srv, aiohttp.ClientSession() as session:
-        client = ChatClient(session, f"http://127.0.0.1:{port}", {}, POLICY,
-                            fresh_session=lambda: aiohttp.ClientSession(
-                                connector=aiohttp.TCPConnector(force_close=True)))
+        client = ChatClient(
+            session,
+            f"http://127.0.0.1:{port}",
+            {},
+            POLICY,
+            fresh_session=lambda: aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True)
+            ),
+        )
         records = []
         for _ in range(3):
             rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
@@ -250,9 +280,12 @@ async def test_dead_pooled_connection_is_retried_once_on_a_fresh_one() -> None:
 
 async def test_non_streamed_reply_is_flagged() -> None:
     async def script(request: web.Request, body: dict[str, Any], n: int) -> web.StreamResponse:
-        return web.json_response({"choices": [{"message": {"content": "hi"},
-                                               "finish_reason": "stop"}],
-                                  "usage": {"prompt_tokens": 5, "completion_tokens": 1}})
+        return web.json_response(
+            {
+                "choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": 1},
+            }
+        )
 
     rec, text = await one(FakeServer(script=script))
     assert text == "hi" and rec.outcome == "ok" and rec.streamed is False

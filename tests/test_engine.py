@@ -16,8 +16,17 @@ from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def make(tmp_path: Path, url: str, *, cache: str = "per_user", users: int = 2, rounds: int = 3,
-         ceiling: int = 20000, tokens: str = "[300, 500]", extra: str = "") -> Any:
+def make(
+    tmp_path: Path,
+    url: str,
+    *,
+    cache: str = "per_user",
+    users: int = 2,
+    rounds: int = 3,
+    ceiling: int = 20000,
+    tokens: str = "[300, 500]",
+    extra: str = "",
+) -> Any:
     p = tmp_path / "s.yaml"
     p.write_text(f"""\
 name: engine_test
@@ -123,8 +132,9 @@ async def test_error_rate_limit_stops_the_run(tmp_path: Path) -> None:
 
     extra = "limits: {max_error_rate: 0.5, min_requests: 4}"
     async with serve(FakeServer(script=failing)) as server:
-        outcome = await execute(make(tmp_path, server.url, rounds=50, extra=extra),
-                                tmp_path / "out")
+        outcome = await execute(
+            make(tmp_path, server.url, rounds=50, extra=extra), tmp_path / "out"
+        )
     assert outcome.exit_reason == "limit: max_error_rate"
     assert len(lines(outcome.run_dir)) < 20
 

@@ -57,8 +57,10 @@ def test_unknown_key_names_line_and_suggests(tmp_path: Path) -> None:
 
 
 def test_wrong_type_and_negative_count(tmp_path: Path) -> None:
-    text = GOOD.format(corpus="docs").replace("count: 2", "count: -1").replace(
-        "duration: 5s", "duration: soon"
+    text = (
+        GOOD.format(corpus="docs")
+        .replace("count: 2", "count: -1")
+        .replace("duration: 5s", "duration: soon")
     )
     lines = problems(tmp_path, text)
     assert any("s.yaml:4: users.count:" in x and "greater than or equal to 1" in x for x in lines)
@@ -73,7 +75,9 @@ def test_unreadable_corpus(tmp_path: Path) -> None:
 
 def test_literal_api_key_is_refused_and_not_echoed(tmp_path: Path) -> None:
     key = "sk-abcdefghijklmnop1234"
-    text = GOOD.format(corpus="docs").replace("target: {url: sim}", f"target:\n  url: sim\n  api_key: {key}")
+    text = GOOD.format(corpus="docs").replace(
+        "target: {url: sim}", f"target:\n  url: sim\n  api_key: {key}"
+    )
     [line] = problems(tmp_path, text)
     assert "target.api_key" in line and "literal API key" in line and "api_key_env" in line
     assert key not in line
@@ -119,8 +123,10 @@ def test_overrides_are_validated(tmp_path: Path) -> None:
 
 
 def test_paste_must_fit_under_ceiling(tmp_path: Path) -> None:
-    text = GOOD.format(corpus="docs").replace("  turn:", "  ceiling_tokens: 300\n  turn:").replace(
-        "[100, 200]", "[100, 400]"
+    text = (
+        GOOD.format(corpus="docs")
+        .replace("  turn:", "  ceiling_tokens: 300\n  turn:")
+        .replace("[100, 200]", "[100, 400]")
     )
     [line] = problems(tmp_path, text)
     assert "ceiling_tokens" in line

@@ -31,7 +31,10 @@ def test_every_split_point_gives_the_same_events(name: str) -> None:
 
 
 def test_crlf_comments_multiline_and_blank_data() -> None:
-    data = b": keep-alive\r\n\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\ndata:\r\n\r\nevent: x\ndata: [DONE]\n\n"
+    data = (
+        b': keep-alive\r\n\r\ndata: {"a":\r\ndata: 1}\r\n\r\n'
+        b"data:\r\n\r\nevent: x\ndata: [DONE]\n\n"
+    )
     for i in range(len(data)):
         assert parse_all(data, [i]) == [b'{"a":\n1}', b"", b"[DONE]"]
 

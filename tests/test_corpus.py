@@ -1,0 +1,55 @@
+"""Corpora: every language loads, excerpts honour their token budget, paperwork is skipped."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from stress.corpus import Corpus, corpus_files
+from stress.tokens import count_tokens
+
+CORPORA = Path(__file__).resolve().parents[1] / "corpora"
+
+
+def test_shipped_corpora_are_large_and_multilingual() -> None:
+    sizes = {
+        d.name: sum(f.stat().st_size for f in corpus_files(d))
+        for d in CORPORA.iterdir()
+        if d.is_dir() and d.name != "LICENSES"
+    }
+    assert {"en", "es", "zh", "pl"} <= set(sizes)
+    assert sum(sizes.values()) >= 1_000_000
+    assert (CORPORA / "NOTICE").exists()
+
+
+def test_root_folder_skips_readme_notice_and_licences() -> None:
+    names = {p.name for p in corpus_files(CORPORA)}
+    assert "README.md" not in names and not any("LICENSE" in n.upper() for n in names)
+
+
+@pytest.mark.parametrize("lang", ["en", "es", "zh", "pl"])
+def test_excerpts_stay_within_budget(lang: str) -> None:
+    corpus = Corpus(CORPORA / lang)
+    rng = random.Random(7)
+    for lo, hi in [(50, 80), (1000, 1500), (4000, 8000)]:
+        for _ in range(5):
+            ex = corpus.excerpt(rng, lo, hi)
+            assert lo * 0.95 <= ex.tokens <= hi, (lang, lo, hi, ex.tokens)
+            assert ex.tokens == count_tokens(ex.text)
+            assert "\ufffd" not in ex.text
+
+
+def test_excerpt_longer_than_a_document_runs_on(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("alpha beta gamma.\n\n" * 20)
+    (tmp_path / "b.md").write_text("delta epsilon zeta.\n\n" * 20)
+    ex = Corpus(tmp_path).excerpt(random.Random(1), 150, 200)
+    assert 140 <= ex.tokens <= 200 and "+" in ex.source
+
+
+def test_empty_or_missing_corpus(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        Corpus(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        corpus_files(tmp_path / "missing")

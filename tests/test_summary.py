@@ -1,0 +1,105 @@
+"""summary.json from synthetic run directories: statistics and the loud warnings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from stress.errors import RunDirError
+from stress.summary import build_summary, render_summary
+
+BASE: dict[str, Any] = {
+    "user": 0, "conversation": 1, "round": 1, "turn": 1, "warmup": False, "t_start": 0.0,
+    "http_status": 200, "outcome": "ok", "error_class": None, "chunks_content": 10,
+    "chunks_reasoning": 0, "finish_reason": "stop", "ttft_s": 1.0, "ttfc_s": 1.0,
+    "e2e_s": 2.0, "decode_tok_s": 10.0, "queue_s": 0.0, "prompt_tokens": 100,
+    "cached_tokens": 50, "reusable_tokens": 60, "completion_tokens": 10, "reconnects": 0,
+}  # fmt: skip
+
+
+def run_dir(tmp_path: Path, records: list[dict[str, Any]], cache: str = "per_user") -> Path:
+    d = tmp_path / "run"
+    d.mkdir()
+    manifest = {
+        "run_id": "r",
+        "scenario": {"name": "s", "conversation": {"cache": cache}},
+        "duration_s": 10.0,
+        "end_time": 1.0,
+        "exit_reason": "duration",
+    }
+    (d / "manifest.json").write_bytes(orjson.dumps(manifest))
+    (d / "requests.jsonl").write_bytes(b"\n".join(orjson.dumps({**BASE, **r}) for r in records))
+    return d
+
+
+def codes(summary: dict[str, Any]) -> set[str]:
+    return {w["code"] for w in summary["warnings"]}
+
+
+def test_statistics_exclude_warmup(tmp_path: Path) -> None:
+    recs = [{"ttft_s": float(i), "round": i} for i in range(1, 11)]
+    recs.append({"ttft_s": 100.0, "warmup": True})
+    s = build_summary(run_dir(tmp_path, recs))
+    t = s["overall"]["ttft_s"]
+    assert t["n"] == 10 and t["mean"] == pytest.approx(5.5) and t["p50"] == pytest.approx(5.5)
+    assert t["sd"] == pytest.approx(3.0277, rel=1e-3) and t["max"] == 10.0
+    assert s["warmup_requests"] == 1 and s["requests_total"] == 11
+    assert s["overall"]["cached_share"] == pytest.approx(0.5)
+    assert s["overall"]["cache_retention"] == pytest.approx(50 / 60)
+    assert s["overall"]["output_tok_s"] == pytest.approx(10.0)
+    assert (tmp_path / "run" / "summary.json").exists()
+    assert "TTFT s" in render_summary(s)
+
+
+def test_measuring_noise_when_no_chunk_carried_text(tmp_path: Path) -> None:
+    s = build_summary(run_dir(tmp_path, [{"chunks_content": 0, "outcome": "empty"}] * 3))
+    assert "measuring_noise" in codes(s)
+    assert any("MEASURING NOISE" in w["message"] for w in s["warnings"])
+
+
+def test_reasoning_budget_warning(tmp_path: Path) -> None:
+    rec = {
+        "outcome": "reasoning_only",
+        "finish_reason": "length",
+        "chunks_content": 0,
+        "chunks_reasoning": 300,
+    }
+    s = build_summary(run_dir(tmp_path, [rec] * 4))
+    assert "all_replies_budget" in codes(s)
+    msg = next(w["message"] for w in s["warnings"] if w["code"] == "all_replies_budget")
+    assert "max_tokens" in msg and "1,500-2,000" in msg
+
+
+def test_some_empty_replies_are_flagged_not_successes(tmp_path: Path) -> None:
+    s = build_summary(run_dir(tmp_path, [{}, {}, {"outcome": "empty", "chunks_content": 0}]))
+    assert "empty_replies" in codes(s) and s["overall"]["outcomes"]["empty"] == 1
+
+
+def test_zero_hit_rate_on_follow_ups(tmp_path: Path) -> None:
+    recs = [{"turn": 2, "cached_tokens": 0}, {"turn": 3, "cached_tokens": 0}]
+    assert "zero_hit_rate" in codes(build_summary(run_dir(tmp_path, recs)))
+
+
+def test_cached_tokens_not_reported(tmp_path: Path) -> None:
+    recs = [{"turn": 2, "cached_tokens": None}]
+    assert "cache_unreported" in codes(build_summary(run_dir(tmp_path, recs)))
+
+
+def test_cold_mode_does_not_warn_about_zero_hits(tmp_path: Path) -> None:
+    recs = [{"turn": 2, "cached_tokens": 0}]
+    assert "zero_hit_rate" not in codes(build_summary(run_dir(tmp_path, recs, cache="cold")))
+
+
+def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
+    d = run_dir(tmp_path, [{}, {}])
+    with open(d / "requests.jsonl", "ab") as f:
+        f.write(b'\n{"user": 0, "outc')
+    assert build_summary(d)["requests_total"] == 2
+
+
+def test_not_a_run_dir(tmp_path: Path) -> None:
+    with pytest.raises(RunDirError):
+        build_summary(tmp_path)
