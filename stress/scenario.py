@@ -271,6 +271,10 @@ def _find_literal_secrets(
 def _fields_at(loc: tuple[str | int, ...]) -> list[str]:
     """Known keys of the model that holds the key at ``loc`` (for spelling suggestions)."""
     model: Any = Scenario
+    if loc[:2] == ("target", "sim"):  # simulator settings are validated by SimConfig
+        from stress.sim import SimConfig
+
+        model, loc = SimConfig, loc[2:]
     for part in loc[:-1]:
         if isinstance(part, int) or model is None:
             continue

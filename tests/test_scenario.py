@@ -130,3 +130,11 @@ def test_paste_must_fit_under_ceiling(tmp_path: Path) -> None:
     )
     [line] = problems(tmp_path, text)
     assert "ceiling_tokens" in line
+
+
+def test_simulator_settings_are_checked_with_lines(tmp_path: Path) -> None:
+    text = GOOD.format(corpus="docs").replace(
+        "target: {url: sim}", "target:\n  url: sim\n  sim: {kv_tokns: 5}"
+    )
+    [line] = problems(tmp_path, text)
+    assert ":4: target.sim.kv_tokns: unknown key" in line and "kv_tokens" in line

@@ -571,7 +571,10 @@ class ServerCollector(Collector):
         }
 
     def live(self) -> dict[str, Any]:
-        return dict(self._live)
+        out = dict(self._live)
+        out["kv_pool_tokens"] = self._gauges.get("kv_pool_tokens")
+        out["dialect"] = self._dialect
+        return out
 
     def summary(self) -> dict[str, Any]:
         totals = self._tracker.totals
