@@ -114,6 +114,8 @@ class ChatClient:
         self._fresh: aiohttp.ClientSession | None = None
         self.t0 = clock_t0
         """perf_counter() at run start; record times are relative to it."""
+        self.last_byte = time.perf_counter()
+        """When any stream last received bytes (for the hang watch)."""
 
     async def close(self) -> None:
         if self._fresh is not None:
@@ -228,7 +230,7 @@ class ChatClient:
         while True:
             chunk = await read()
             now = perf()
-            wd.last = now
+            wd.last = self.last_byte = now
             events = parser.feed(chunk) if chunk else parser.close()
             for data in events:
                 if data == b"[DONE]":

@@ -332,7 +332,11 @@ async def _run(
     background = [asyncio.create_task(_flusher(recorder, stop_bg))]
     background.append(asyncio.create_task(printer.run(stop_bg)))
     background += [asyncio.create_task(c.run(stop_bg)) for c in collectors]
-    background.append(asyncio.create_task(_mirror(live, collectors, stop_bg)))
+    background.append(
+        asyncio.create_task(
+            _monitor(live, collectors, client, recorder, clock, sc.telemetry.hang_after, stop_bg)
+        )
+    )
     loop = asyncio.get_running_loop()
     interrupts = 0
 
@@ -407,11 +411,54 @@ async def _flusher(recorder: Recorder, stop: asyncio.Event) -> None:
         recorder.flush()
 
 
-async def _mirror(live: Live, collectors: list[Collector], stop: asyncio.Event) -> None:
-    """Copy each collector's small live view into the live state once a second."""
+async def _monitor(
+    live: Live,
+    collectors: list[Collector],
+    client: ChatClient,
+    recorder: Recorder,
+    clock: RunClock,
+    hang_after: float,
+    stop: asyncio.Event,
+) -> None:
+    """Once a second: copy collectors' live views into the live state, and watch for a
+    hang seen from the client side (requests in flight, not a byte on any stream), which
+    a restart counter alone would miss (field note 5)."""
+    hung_since: float | None = None
+    busy_since: float | None = None
     while not stop.is_set():
         for c in collectors:
             with contextlib.suppress(Exception):
                 live.collectors[c.name] = c.live()
+        now = time.perf_counter()
+        if live.in_flight == 0:
+            busy_since = None
+        elif busy_since is None:
+            busy_since = now
+        quiet = now - max(client.last_byte, busy_since or now)
+        if live.in_flight > 0 and quiet >= hang_after:
+            if hung_since is None:
+                hung_since = clock.now() - quiet
+                recorder.event(
+                    RunEvent(
+                        clock.now(),
+                        "hang_suspected",
+                        f"{live.in_flight} request(s) in flight and no bytes on any stream for "
+                        f"{quiet:.0f}s: the server may be hung (restart counters would not show "
+                        "this)",
+                        "error",
+                        source="client",
+                    )
+                )
+        elif hung_since is not None and quiet < hang_after:
+            recorder.event(
+                RunEvent(
+                    clock.now(),
+                    "hang_cleared",
+                    f"bytes flowing again after {clock.now() - hung_since:.0f}s",
+                    "warning",
+                    source="client",
+                )
+            )
+            hung_since = None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=1.0)

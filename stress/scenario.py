@@ -164,6 +164,8 @@ class Limits(_Model):
 
 class Telemetry(_Model):
     interval: Duration = 1.0
+    hang_after: Duration = 60.0
+    """Requests in flight and not a byte on any stream for this long: a suspected hang."""
     server_metrics: bool = True
     gpus: Literal["auto", "off"] | list[str] = "auto"
 
@@ -512,4 +514,5 @@ def time_scaled(scenario: Scenario, scale: float) -> Scenario:
             think[key] /= scale
     for key in data["timeouts"]:
         data["timeouts"][key] /= scale
+    data["telemetry"]["hang_after"] /= scale
     return Scenario.model_validate(data)

@@ -163,8 +163,10 @@ def warnings_for(records: list[dict[str, Any]], manifest: dict[str, Any]) -> lis
             warn(
                 "zero_hit_rate",
                 f"0% prefix-cache hits on {len(known)} follow-up turns of a multi-turn "
-                "scenario: prefix caching may be off (hybrid models need it enabled "
-                "explicitly), or the pool is far too small.",
+                "scenario: prefix caching looks off, or the pool is far too small. vLLM: "
+                "--enable-prefix-caching (hybrid attention/Mamba models have it off by "
+                "default); SGLang: drop --disable-radix-cache; llama.cpp: keep cache_prompt "
+                "on and check that slots are not reassigned (--parallel, id_slot).",
             )
     not_streamed = sum(1 for r in answered if r.get("streamed") is False)
     if not_streamed:
@@ -176,6 +178,24 @@ def warnings_for(records: list[dict[str, Any]], manifest: dict[str, Any]) -> lis
     if isinstance(est, str) and est.startswith("estimate"):
         warn("token_estimate", "Token budgets are estimates (no tokenizer available).")
     return warns
+
+
+def _server_section(manifest: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The server's own figures (from the metrics collector) plus the hit rate by round
+    from the per-request cached tokens."""
+    out: dict[str, Any] = dict(manifest.get("collectors", {}).get("server") or {})
+    probe = manifest.get("probe") or {}
+    for key in ("kind", "version", "context_length", "kv_pool_tokens", "slots"):
+        if probe.get(key) is not None:
+            out.setdefault(f"probe_{key}", probe[key])
+    by_round: dict[int, list[int]] = {}
+    for r in records:
+        if r.get("cached_tokens") is not None and r.get("prompt_tokens"):
+            acc = by_round.setdefault(int(r.get("round", 0)), [0, 0])
+            acc[0] += r["cached_tokens"]
+            acc[1] += r["prompt_tokens"]
+    out["hit_rate_by_round"] = {str(k): v[0] / v[1] for k, v in sorted(by_round.items()) if v[1]}
+    return out
 
 
 def _rescale(r: dict[str, Any], scale: float) -> dict[str, Any]:
@@ -228,6 +248,9 @@ def build_summary(run_dir: Path) -> dict[str, Any]:
         "overall": overall,
         "per_user": {str(u): _group([r for r in main if r.get("user") == u]) for u in users},
         "events": dict(Counter(e.get("kind", "?") for e in events)),
+        "server": _server_section(manifest, main),
+        "gpu": manifest.get("collectors", {}).get("gpu"),
+        "client": manifest.get("collectors", {}).get("client"),
         "warnings": warnings_for(records, manifest),
     }
     write_json(run_dir / "summary.json", summary)
