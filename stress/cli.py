@@ -95,14 +95,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if outcome.exit_reason != "crashed" else 1
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    from stress.summary import build_summary, render_summary
-
-    summary = build_summary(Path(args.run_dir))
-    print(render_summary(summary))
-    return 0
-
-
 def _optional(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, module: str, help_: str
 ) -> None:
@@ -148,9 +140,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("report", help="rebuild summary.json of a run directory and print it")
-    p.add_argument("run_dir")
-    p.set_defaults(func=cmd_report)
+    from stress.report import cli as report_cli
+
+    p = sub.add_parser("report", help="write report.md and report.html for a run directory")
+    report_cli.add_report_arguments(p)
+    p.set_defaults(func=report_cli.report_main)
+    p = sub.add_parser("compare", help="compare runs, with the run-to-run noise")
+    report_cli.add_compare_arguments(p)
+    p.set_defaults(func=report_cli.compare_main)
+    p = sub.add_parser("ls", help="the archive: one line per run")
+    report_cli.add_ls_arguments(p)
+    p.set_defaults(func=report_cli.ls_main)
 
     _optional(sub, "sim", "stress.sim.cli", "run the built-in simulated inference server")
     _optional(sub, "probe", "stress.probe_cli", "check a server before a long run")

@@ -392,7 +392,24 @@ async def _run(
         write_json(run_dir / "manifest.json", manifest)
     summary = build_summary(run_dir)
     print(REDACTOR.text(f"\n{render_summary(summary)}\n\nrun directory: {run_dir}"), flush=True)
+    _write_report(run_dir)
     return RunOutcome(run_dir, summary, exit_reason)
+
+
+def _write_report(run_dir: Path) -> None:
+    """report.md and report.html beside the data; a failure here never costs the run."""
+    try:
+        from stress.report.build import build_report
+
+        _, _, html = build_report(run_dir)
+    except Exception as e:
+        print(
+            f"report not written ({type(e).__name__}: {REDACTOR.text(str(e))}); "
+            f"`stress report {run_dir}` retries",
+            flush=True,
+        )
+        return
+    print(f"report: {html}", flush=True)
 
 
 def _safe_summary(c: Collector, generated_tokens: int) -> dict[str, Any]:

@@ -127,6 +127,7 @@ def test_quickstart_scenario_runs_against_the_simulator(tmp_path: Path) -> None:
     summary = orjson.loads((d / "summary.json").read_bytes())
     assert summary["overall"]["requests"] == sum(1 for r in recs if not r["warmup"])
     assert "TTFT s" in proc.stdout and "run directory" in proc.stdout
+    assert (d / "report.html").exists() and "report:" in proc.stdout
 
 
 @pytest.mark.slow
@@ -208,7 +209,8 @@ def test_kill_9_then_report_rebuilds_the_summary(tmp_path: Path) -> None:
     assert rep.returncode == 0, rep.stderr
     summary = orjson.loads((d / "summary.json").read_bytes())
     assert summary["requests_total"] == n_lines and summary["complete"] is False
-    assert "killed (incomplete)" in rep.stdout and "TTFT s" in rep.stdout
+    assert "did not finish" in rep.stdout and "TTFT (s)" in rep.stdout
+    assert (d / "report.html").exists() and (d / "report.md").exists()
 
 
 def test_report_on_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
@@ -284,7 +286,9 @@ async def test_api_key_from_environment_never_reaches_files_or_output(tmp_path: 
     d = run_dir(tmp_path / "out")
     recs = records(d)
     assert any(r["error_class"] == "http_5xx" and "***" in r["error"] for r in recs)
-    for f in d.iterdir():
+    files = [f for f in d.rglob("*") if f.is_file()]
+    assert any(f.name == "report.html" for f in files)
+    for f in files:
         assert SECRET.encode() not in f.read_bytes(), f"key leaked into {f.name}"
     assert SECRET.encode() not in stdout + stderr
 

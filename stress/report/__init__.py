@@ -1,0 +1,15 @@
+"""Soak reports, run comparison and the run archive (``stress report | compare | ls``).
+
+Everything here is built from the files of a run directory, never from live state, so a
+killed run gets the same report as a finished one. Public surface:
+
+- :func:`build_report` reads a run directory and writes ``report.md`` and a
+  self-contained ``report.html`` (charts inline, no network) beside its files.
+- :mod:`stress.report.cli` holds the three command-line entry points.
+"""
+
+from __future__ import annotations
+
+from stress.report.build import Report, build_report, make_report
+
+__all__ = ["Report", "build_report", "make_report"]

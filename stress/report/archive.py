@@ -1,0 +1,161 @@
+"""``stress ls``: the archive of runs, one line each, for capacity planning over time.
+
+Every run directory under a folder becomes one row (date, scenario, target / model, users,
+duration, verdict, TTFT p95, aggregate tok/s, hit rate), computed from its files exactly as
+the report does, so a killed run is listed too. Rows sort and filter in the terminal and
+export to CSV for spreadsheets and notebooks.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import io
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from stress.errors import RunDirError, StressError
+from stress.report.fmt import num, pct
+from stress.report.headline import aggregate_tok_s, cached_share, values
+from stress.report.load import load_run
+from stress.report.stats import describe
+from stress.report.verdict import make_verdict
+
+
+@dataclass(slots=True)
+class ArchiveRow:
+    date: str
+    run_id: str
+    scenario: str
+    target: str
+    model: str
+    users: int
+    duration_s: float
+    verdict: str
+    requests: int
+    ttft_p95_s: float | None
+    output_tok_s: float | None
+    hit_rate: float | None
+    path: str
+
+
+SORT_KEYS = ("date", "scenario", "ttft_p95", "tok_s", "hit_rate", "duration")
+
+
+def row_for(run_dir: Path) -> ArchiveRow:
+    run = load_run(run_dir)
+    m = run.manifest
+    start = m.get("start_time")
+    date = (
+        time.strftime("%Y-%m-%d %H:%M", time.gmtime(float(start)))
+        if isinstance(start, int | float)
+        else "-"
+    )
+    hit = run.collector("server").get("hit_rate_run")
+    return ArchiveRow(
+        date=date,
+        run_id=run.run_id,
+        scenario=run.scenario_name,
+        target=str(m.get("target_url") or "-"),
+        model=str(m.get("model") or "-"),
+        users=int((run.scenario.get("users") or {}).get("count") or 0),
+        duration_s=round(run.duration_s, 1),
+        verdict=make_verdict(run).status,
+        requests=len(run.requests),
+        ttft_p95_s=describe(values(run.main, "ttft_s")).p95,
+        output_tok_s=aggregate_tok_s(run),
+        hit_rate=float(hit) if isinstance(hit, int | float) else cached_share(run.main),
+        path=str(run_dir),
+    )
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Run directories at ``root`` itself or one or two levels below it."""
+    if not root.is_dir():
+        raise RunDirError(f"{root} is not a folder -- fix: pass the folder holding runs (out/)")
+    if (root / "manifest.json").exists():
+        return [root]
+    found = sorted(p.parent for p in root.glob("*/manifest.json"))
+    found += sorted(p.parent for p in root.glob("*/*/manifest.json"))
+    return found
+
+
+def archive(
+    root: Path, scenario: str | None = None, sort: str = "date", reverse: bool = False
+) -> tuple[list[ArchiveRow], list[str]]:
+    """Rows for every readable run; unreadable ones are listed as problems, not fatal."""
+    if sort not in SORT_KEYS:
+        raise StressError(f"unknown sort key {sort!r} -- fix: one of {', '.join(SORT_KEYS)}")
+    rows: list[ArchiveRow] = []
+    problems: list[str] = []
+    for d in find_runs(root):
+        try:
+            row = row_for(d)
+        except StressError as e:
+            problems.append(str(e))
+            continue
+        if scenario and not fnmatch.fnmatch(row.scenario, scenario) and scenario != row.scenario:
+            continue
+        rows.append(row)
+
+    def key(r: ArchiveRow) -> tuple[bool, float | str]:
+        v: float | str | None = {
+            "date": r.date + r.run_id,
+            "scenario": r.scenario,
+            "ttft_p95": r.ttft_p95_s,
+            "tok_s": r.output_tok_s,
+            "hit_rate": r.hit_rate,
+            "duration": r.duration_s,
+        }[sort]
+        return (v is None, v if v is not None else 0.0)
+
+    rows.sort(key=key, reverse=reverse)
+    return rows, problems
+
+
+COLUMNS = (
+    "date",
+    "scenario",
+    "target / model",
+    "users",
+    "duration",
+    "verdict",
+    "TTFT p95 s",
+    "tok/s",
+    "hit rate",
+    "run",
+)
+
+
+def render_table(rows: list[ArchiveRow]) -> str:
+    cells = [
+        [
+            r.date,
+            r.scenario,
+            f"{r.target} / {r.model}",
+            str(r.users),
+            f"{r.duration_s / 60:.1f}m",
+            r.verdict,
+            num(r.ttft_p95_s),
+            num(r.output_tok_s),
+            pct(r.hit_rate),
+            r.run_id,
+        ]
+        for r in rows
+    ]
+    widths = [max(len(c[i]) for c in [list(COLUMNS), *cells]) for i in range(len(COLUMNS))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [list(COLUMNS), *cells]
+    )
+
+
+def to_csv(rows: list[ArchiveRow]) -> str:
+    buf = io.StringIO()
+    fields = list(ArchiveRow.__dataclass_fields__)
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow(asdict(r))
+    return buf.getvalue()

@@ -1,0 +1,155 @@
+"""Assemble a report from a run directory and write report.md and report.html.
+
+The order is the reader's: verdict first, then the headline with its definitions, the
+charts, the detail tables, capacity, and the fingerprint that says what was measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from stress.report.capacity import capacity_section
+from stress.report.fingerprint import fingerprint
+from stress.report.fmt import num, pct
+from stress.report.headline import DEFINITIONS, headline_table
+from stress.report.load import RunData, load_run
+from stress.report.model import Chart, Section, Table, Verdict
+from stress.report.series import gpu_series, total_energy_j
+from stress.report.tables import per_phase, per_round, per_user
+from stress.report.verdict import make_verdict
+
+CHART_DIR = "report-charts"
+"""Beside report.md: the charts as SVG files (report.html carries them inline)."""
+
+
+@dataclass(slots=True)
+class Report:
+    run_id: str
+    scenario: str
+    verdict: Verdict
+    headline: Table
+    definitions: list[tuple[str, str]]
+    sections: list[Section]
+    fingerprint: Table
+    charts: list[Chart] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return f"stress report: {self.scenario} ({self.run_id})"
+
+
+def gpu_table(run: RunData) -> Table | None:
+    cards = gpu_series(run)
+    if not cards:
+        return None
+    rows = []
+    for c in cards:
+        p = np.asarray(c.power_w)
+        t = np.asarray(c.temp_c)
+        s = np.asarray(c.sm_mhz)
+        rows.append(
+            [
+                c.label,
+                str(len(c.t)),
+                num(float(np.nanmean(p))) if np.isfinite(p).any() else "-",
+                num(float(np.nanmax(p))) if np.isfinite(p).any() else "-",
+                num(c.power_limit_w),
+                num(float(np.nanmax(t))) if np.isfinite(t).any() else "-",
+                num(float(np.nanmean(s))) if np.isfinite(s).any() else "-",
+                pct(sum(c.throttled) / len(c.throttled) if c.throttled else None),
+            ]
+        )
+    energy = total_energy_j(cards)
+    out_tokens = sum(int(r.get("completion_tokens") or 0) for r in run.requests)
+    note = f"Energy {energy / 3600:,.1f} Wh over the run"
+    if out_tokens and energy:
+        note += f"; {energy / out_tokens:.3g} J per output token ({out_tokens:,} tokens)"
+    return Table(
+        "GPUs",
+        [
+            "card",
+            "samples",
+            "power mean W",
+            "power max W",
+            "limit W",
+            "temp max °C",
+            "SM clock mean MHz",
+            "throttled",
+        ],
+        rows,
+        note=note + ".",
+        id="gpus",
+    )
+
+
+def make_report(run_dir: Path, charts: bool = True) -> Report:
+    """Read the run directory and build the report (nothing is written)."""
+    from stress.report import charts as charts_mod
+
+    run = load_run(run_dir)
+    tables = [per_user(run), per_round(run)]
+    phase = per_phase(run)
+    if phase is not None:
+        tables.append(phase)
+    gt = gpu_table(run)
+    if gt is not None:
+        tables.append(gt)
+    chart_list = charts_mod.all_charts(run) if charts else []
+    sections = [
+        Section("charts", "Charts", charts=chart_list),
+        Section("tables", "Per user, per round, phases", tables=tables),
+        capacity_section(run),
+    ]
+    fp = fingerprint(run)
+    fp_table = Table(
+        "Fingerprint", ["what", "value"], [[k, v] for k, v in fp.items()], id="fingerprint"
+    )
+    return Report(
+        run_id=run.run_id,
+        scenario=run.scenario_name,
+        verdict=make_verdict(run),
+        headline=headline_table(run),
+        definitions=list(DEFINITIONS),
+        sections=sections,
+        fingerprint=fp_table,
+        charts=chart_list,
+    )
+
+
+def build_report(run_dir: Path) -> tuple[Report, Path, Path]:
+    """Build the report and write ``report.md`` and ``report.html`` into the run dir."""
+    from stress.report.render_html import render_html
+    from stress.report.render_md import render_md
+    from stress.secrets import REDACTOR
+
+    report = make_report(run_dir)
+    md_path = run_dir / "report.md"
+    html_path = run_dir / "report.html"
+    chart_dir = run_dir / CHART_DIR
+    if report.charts:
+        chart_dir.mkdir(exist_ok=True)
+        for c in report.charts:
+            (chart_dir / f"{c.id}.svg").write_text(c.svg, encoding="utf-8")
+    md_path.write_text(REDACTOR.text(render_md(report, CHART_DIR)), encoding="utf-8")
+    html_path.write_text(REDACTOR.text(render_html(report)), encoding="utf-8")
+    return report, md_path, html_path
+
+
+def terminal_headline(report: Report) -> str:
+    """The verdict and headline table for the terminal."""
+    lines = [report.verdict.summary, *("  " + i for i in report.verdict.items)]
+    lines += [f"  WARNING: {w}" for w in report.verdict.warnings]
+    t = report.headline
+    widths = [max(len(r[i]) for r in [t.columns, *t.rows]) for i in range(len(t.columns))]
+    lines.append("")
+    for row in [t.columns, *t.rows]:
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    return "\n".join(lines)

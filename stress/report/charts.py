@@ -1,0 +1,289 @@
+"""The report's charts, drawn with matplotlib (Agg) into inline SVG strings.
+
+People would rather look than read. Every chart is a self-contained ``<svg>`` element so
+report.html needs no network and no JavaScript. matplotlib is imported here only, lazily,
+so ``stress run`` never pays for it. A chart whose data the run lacks (no server metrics,
+no GPU telemetry) is simply not drawn.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from stress.report.capacity import (
+    Slo,
+    bucket_step,
+    conv_len,
+    pool_tokens,
+    working_set,
+)
+from stress.report.headline import ANSWERED
+from stress.report.load import RunData
+from stress.report.model import Chart
+from stress.report.series import energy_per_token, gpu_series, server_series
+from stress.report.tables import retention
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+RASTER_ABOVE = 1500
+"""Scatter plots with more points are embedded as an image inside the SVG (size, speed)."""
+_XML_HEAD = re.compile(rb"^.*?(?=<svg)", re.S)
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update(
+        {
+            "svg.fonttype": "none",
+            "font.size": 9,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "figure.dpi": 96,
+        }
+    )
+    return plt
+
+
+def to_svg(fig: Figure, chart_id: str) -> str:
+    import matplotlib
+
+    plt = _plt()
+    with matplotlib.rc_context({"svg.hashsalt": chart_id}):
+        buf = io.BytesIO()
+        fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    svg = _XML_HEAD.sub(b"", buf.getvalue(), count=1).decode("utf-8")
+    return svg.replace("<svg ", f'<svg role="img" aria-label="{chart_id}" ', 1)
+
+
+def time_unit(run: RunData) -> tuple[float, str]:
+    """Minutes for long runs, seconds for short ones: (divisor, axis label)."""
+    if run.duration_s >= 300:
+        return 60.0, "minutes into the run"
+    return 1.0, "seconds into the run"
+
+
+def by_length(run: RunData, slo: Slo) -> Chart | None:
+    recs = [r for r in run.main if r.get("outcome") in ANSWERED and r.get("ttft_s") is not None]
+    if not recs:
+        return None
+    step = bucket_step(max(conv_len(r) for r in recs))
+    buckets: dict[int, list[dict[str, Any]]] = {}
+    for r in recs:
+        buckets.setdefault(int(conv_len(r) // step), []).append(r)
+    keys = sorted(buckets)
+    x = np.array([(k + 0.5) * step / 1000 for k in keys])
+    ttft_mean = [np.mean([r["ttft_s"] for r in buckets[k]]) for k in keys]
+    ttft_p95 = [np.percentile([r["ttft_s"] for r in buckets[k]], 95) for k in keys]
+    dec = [
+        np.median(d)
+        if (d := [r["decode_tok_s"] for r in buckets[k] if r.get("decode_tok_s")])
+        else np.nan
+        for k in keys
+    ]
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.2))
+    a1.plot(x, ttft_mean, "o-", label="mean")
+    a1.plot(x, ttft_p95, "s--", label="p95")
+    if slo.ttft_p95_s:
+        a1.axhline(slo.ttft_p95_s, color="red", lw=1, label="SLO p95")
+    a1.set(xlabel="conversation length (k tokens)", ylabel="TTFT (s)", title="TTFT")
+    a1.legend()
+    a2.plot(x, dec, "o-", color="tab:green", label="p50")
+    if slo.decode_p50_tok_s:
+        a2.axhline(slo.decode_p50_tok_s, color="red", lw=1, label="SLO p50")
+    a2.set(xlabel="conversation length (k tokens)", ylabel="tok/s", title="Decode speed")
+    a2.legend()
+    return Chart(
+        "ttft-decode-by-length",
+        "TTFT and decode speed by conversation length",
+        to_svg(fig, "ttft-decode-by-length"),
+        f"Buckets of {step:,} tokens; non-warm-up answered requests.",
+    )
+
+
+def ttft_over_time(run: RunData, slo: Slo) -> Chart | None:
+    recs = [r for r in run.requests if r.get("ttft_s") is not None]
+    if not recs:
+        return None
+    div, xlabel = time_unit(run)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 3))
+    for warm, colour, label in ((False, "tab:blue", "requests"), (True, "0.6", "warm-up")):
+        g = [r for r in recs if bool(r.get("warmup")) == warm]
+        if g:
+            ax.scatter(
+                [r["t_start"] / div for r in g],
+                [r["ttft_s"] for r in g],
+                s=6,
+                c=colour,
+                label=label,
+                rasterized=len(recs) > RASTER_ABOVE,
+            )
+    if slo.ttft_p95_s:
+        ax.axhline(slo.ttft_p95_s, color="red", lw=1, label="SLO p95")
+    ax.set(xlabel=xlabel, ylabel="TTFT (s)")
+    ax.legend(loc="upper left")
+    return Chart("ttft-over-time", "TTFT over time", to_svg(fig, "ttft-over-time"))
+
+
+def cache_and_kv(run: RunData) -> Chart | None:
+    ss = server_series(run)
+    times, ws = working_set(run.requests)
+    if ss is None and times.size == 0:
+        return None
+    pool = pool_tokens(run)
+    div, xlabel = time_unit(run)
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(2, 1, figsize=(9, 5), sharex=True)
+    if ss is not None:
+        a1.plot(ss.t / div, ss.hit_rate * 100, "o-", ms=3, label="prefix-cache hit rate")
+        a1.plot(ss.t / div, ss.kv_usage * 100, "-", label="KV pool usage")
+    a1.set(ylabel="%", ylim=(0, 105), title="Server: hit rate and KV usage")
+    if ss is not None:
+        a1.legend(loc="lower right")
+    else:
+        a1.text(0.5, 0.5, "no server metrics in this run", ha="center", transform=a1.transAxes)
+    if times.size:
+        a2.step(times / div, ws / 1000, where="post", label="working set (live conversations)")
+    if pool:
+        a2.axhline(pool / 1000, color="red", lw=1.2, label=f"KV pool {pool:,.0f} tokens")
+    a2.set(xlabel=xlabel, ylabel="k tokens", title="Working set vs KV pool")
+    a2.legend(loc="upper left")
+    return Chart(
+        "cache-kv-over-time",
+        "Prefix-cache hit rate, KV usage and working set over time",
+        to_svg(fig, "cache-kv-over-time"),
+        "Hit rate from counter deltas per window, never a single-scrape gauge.",
+    )
+
+
+def preemptions(run: RunData) -> Chart | None:
+    ss = server_series(run)
+    if ss is None or not ss.has_preemptions:
+        return None
+    div, xlabel = time_unit(run)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 2.6))
+    ax.bar(ss.t / div, ss.preemptions, width=ss.window_s / div * 0.9, color="tab:red")
+    ax.set(
+        xlabel=xlabel,
+        ylabel=f"per {ss.window_s:.0f} s",
+        title=f"Preemptions (total {ss.preemptions.sum():,.0f})",
+    )
+    return Chart("preemptions-over-time", "Preemptions over time", to_svg(fig, "preemptions"))
+
+
+def retention_per_user(run: RunData) -> Chart | None:
+    users = sorted({int(r.get("user") or 0) for r in run.main})
+    vals = [retention([r for r in run.main if int(r.get("user") or 0) == u]) for u in users]
+    if not any(v is not None for v in vals):
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 2.6))
+    ax.bar([str(u) for u in users], [100 * (v or 0.0) for v in vals], color="tab:purple")
+    ax.axhline(100, color="0.4", lw=1)
+    ax.set(
+        xlabel="user",
+        ylabel="retention %",
+        ylim=(0, 110),
+        title="Cache retention per user (cached / reusable tokens)",
+    )
+    return Chart("retention-per-user", "Per-user cache retention", to_svg(fig, "retention"))
+
+
+MAX_POINTS = 600
+"""Telemetry lines are averaged down to this many points: a chart is ~900 px wide."""
+
+
+def _binned(t: list[float], y: list[float], n_bins: int) -> tuple[Any, Any]:
+    """Mean of ``y`` in ``n_bins`` equal time bins (NaN where a bin has no reading)."""
+    ta = np.asarray(t, dtype=float)
+    ya = np.asarray(y, dtype=float)
+    if ta.size <= n_bins:
+        return ta, ya
+    edges = np.linspace(ta.min(), ta.max(), n_bins + 1)
+    idx = np.clip(np.searchsorted(edges, ta, side="right") - 1, 0, n_bins - 1)
+    ok = np.isfinite(ya)
+    sums = np.bincount(idx[ok], weights=ya[ok], minlength=n_bins)
+    counts = np.bincount(idx[ok], minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    return (edges[:-1] + edges[1:]) / 2, means
+
+
+def _shade(axes: Any, cards: list[Any], div: float) -> None:
+    """One shaded band per axis where any card reported a throttle reason."""
+    t_all = np.concatenate([np.asarray(c.t, dtype=float) for c in cards])
+    f_all = np.concatenate([np.asarray(c.throttled, dtype=float) for c in cards])
+    if not f_all.any():
+        return
+    t, frac = _binned(list(t_all), list(f_all), MAX_POINTS)
+    flag = np.nan_to_num(frac) > 0
+    for ax in axes:
+        ax.fill_between(
+            t / div,
+            0,
+            1,
+            where=flag,
+            step="mid",
+            color="orange",
+            alpha=0.25,
+            lw=0,
+            transform=ax.get_xaxis_transform(),
+            label="throttled",
+        )
+
+
+def gpu(run: RunData) -> list[Chart]:
+    cards = gpu_series(run)
+    if not cards:
+        return []
+    div, xlabel = time_unit(run)
+    plt = _plt()
+    fig, axes = plt.subplots(3, 1, figsize=(9, 6.5), sharex=True)
+    for c in cards:
+        for ax, ys in zip(axes, (c.power_w, c.temp_c, c.sm_mhz), strict=True):
+            t, y = _binned(c.t, ys, MAX_POINTS)
+            ax.plot(t / div, y, lw=1, label=c.label)
+        if c.power_limit_w:
+            axes[0].axhline(c.power_limit_w, color="0.5", lw=0.8, ls="--")
+    _shade(axes, cards, div)
+    axes[0].set(ylabel="W", title="GPU power (dashed: limit; shaded: throttled)")
+    axes[1].set(ylabel="°C", title="Temperature")
+    axes[2].set(ylabel="MHz", title="SM clock", xlabel=xlabel)
+    axes[0].legend(loc="lower right", fontsize=7)
+    out = [Chart("gpu-over-time", "GPU power, temperature and clocks", to_svg(fig, "gpu"))]
+    t_e, jpt = energy_per_token(run, cards)
+    if np.isfinite(jpt).any():
+        fig, ax = plt.subplots(figsize=(9, 2.6))
+        ax.plot(t_e / div, jpt, "o-", ms=3, color="tab:orange")
+        ax.set(
+            xlabel=xlabel,
+            ylabel="J / output token",
+            title="Energy per output token",
+        )
+        out.append(Chart("energy-per-token", "Energy per token", to_svg(fig, "energy")))
+    return out
+
+
+def all_charts(run: RunData) -> list[Chart]:
+    slo = Slo.of(run)
+    charts = [
+        by_length(run, slo),
+        ttft_over_time(run, slo),
+        cache_and_kv(run),
+        preemptions(run),
+        retention_per_user(run),
+    ]
+    out = [c for c in charts if c is not None]
+    return out + gpu(run)

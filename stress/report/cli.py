@@ -1,0 +1,88 @@
+"""Entry points for ``stress report``, ``stress compare`` and ``stress ls``.
+
+Each pair is ``add_*_arguments(parser)`` and ``*_main(args) -> int``; the top-level CLI
+wires them. Failures are one line on stderr (a :class:`StressError` the CLI prints, or a
+printed line and a non-zero return), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from stress.errors import StressError
+from stress.secrets import REDACTOR
+
+
+def add_report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", help="a run directory (out/<run>)")
+
+
+def report_main(args: argparse.Namespace) -> int:
+    from stress.report.build import build_report, terminal_headline
+    from stress.summary import build_summary
+
+    run_dir = Path(args.run_dir)
+    build_summary(run_dir)  # summary.json stays the machine-readable record
+    try:
+        report, md, html = build_report(run_dir)
+    except ImportError as e:
+        raise StressError(
+            f"cannot draw the report's charts ({e.name} missing) -- fix: pip install "
+            "'stress[report]' or matplotlib"
+        ) from None
+    print(REDACTOR.text(terminal_headline(report)))
+    print(f"\nreport: {md}\n        {html}")
+    return 0
+
+
+def add_compare_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="two or more run directories")
+    p.add_argument("--html", metavar="FILE", help="also write the comparison as HTML")
+
+
+def compare_main(args: argparse.Namespace) -> int:
+    from stress.report.compare import compare, render_compare_html, render_compare_md
+
+    if len(args.run_dirs) < 2:
+        print("stress: compare needs at least two run directories", file=sys.stderr)
+        return 2
+    c = compare([Path(d) for d in args.run_dirs])
+    print(REDACTOR.text(render_compare_md(c)), end="")
+    if args.html:
+        try:
+            Path(args.html).write_text(REDACTOR.text(render_compare_html(c)), encoding="utf-8")
+        except OSError as e:
+            raise StressError(f"cannot write {args.html}: {e.strerror}") from None
+        print(f"\nHTML: {args.html}")
+    return 0
+
+
+def add_ls_arguments(p: argparse.ArgumentParser) -> None:
+    from stress.report.archive import SORT_KEYS
+
+    p.add_argument("dir", nargs="?", default="out", help="folder holding runs (default out/)")
+    p.add_argument("--scenario", help="only runs of this scenario (name or glob)")
+    p.add_argument("--sort", choices=SORT_KEYS, default="date", help="sort key (default date)")
+    p.add_argument("--reverse", action="store_true", help="reverse the order")
+    p.add_argument("--csv", metavar="FILE", help="write the rows as CSV (`-` for stdout)")
+
+
+def ls_main(args: argparse.Namespace) -> int:
+    from stress.report.archive import archive, render_table, to_csv
+
+    rows, problems = archive(Path(args.dir), args.scenario, args.sort, args.reverse)
+    for p in problems:
+        print(f"stress: skipped: {REDACTOR.text(p)}", file=sys.stderr)
+    if args.csv == "-":
+        print(REDACTOR.text(to_csv(rows)), end="")
+        return 0
+    print(REDACTOR.text(render_table(rows)) if rows else f"no runs under {args.dir}")
+    if args.csv:
+        try:
+            Path(args.csv).write_text(REDACTOR.text(to_csv(rows)), encoding="utf-8")
+        except OSError as e:
+            raise StressError(f"cannot write {args.csv}: {e.strerror}") from None
+        print(f"CSV: {args.csv} ({len(rows)} runs)")
+    return 0

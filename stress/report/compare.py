@@ -1,0 +1,220 @@
+"""``stress compare``: headline figures of several runs side by side, with the noise.
+
+Field note 6: spread between identical runs reached 18 %, and a "flag" that won 136 vs 162
+tok/s was one weak run. So every figure is mean ± spread with n, every difference comes
+with an interval and a plain judgement (significant / within noise / too few to judge),
+and the fingerprints are diffed to show what actually changed (field note 8).
+
+Runs with the same fingerprint (same scenario, versions, server config, GPUs) are repeats
+and are pooled into one group. When every run given shares one fingerprint, they are
+compared run by run instead: that shows the run-to-run noise itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from stress.report.fingerprint import diff, fingerprint, group_key, server_unchanged
+from stress.report.fmt import num, pct
+from stress.report.headline import PER_REQUEST, aggregate_tok_s, cache_pairs, values
+from stress.report.load import RunData, load_run
+from stress.report.model import Table
+from stress.report.stats import (
+    BOOTSTRAP_RESAMPLES,
+    Difference,
+    bootstrap_mean_diff,
+    bootstrap_ratio_diff,
+    describe,
+    welch,
+)
+
+
+@dataclass(slots=True)
+class Group:
+    label: str
+    runs: list[RunData]
+    fingerprint: dict[str, str]
+
+
+@dataclass(slots=True)
+class Comparison:
+    groups: list[Group]
+    figures: Table
+    fingerprints: Table
+    notes: list[str]
+    method: str
+
+
+def make_groups(runs: list[RunData]) -> tuple[list[Group], str]:
+    fps = [fingerprint(r) for r in runs]
+    order: list[tuple[tuple[str, str], ...]] = []
+    by_key: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    for i, fp in enumerate(fps):
+        k = group_key({k: v for k, v in fp.items() if k != "host"})
+        if k not in by_key:
+            order.append(k)
+        by_key.setdefault(k, []).append(i)
+    if len(order) == 1 and len(runs) > 1:
+        note = (
+            "All runs share one fingerprint (repeats of one configuration): compared run "
+            "by run, so the differences below are run-to-run noise."
+        )
+        return [Group(chr(65 + i), [r], fps[i]) for i, r in enumerate(runs)], note
+    groups = [
+        Group(chr(65 + n), [runs[i] for i in by_key[k]], fps[by_key[k][0]])
+        for n, k in enumerate(order)
+    ]
+    pooled = [g for g in groups if len(g.runs) > 1]
+    note = (
+        "Repeated runs pooled: " + "; ".join(f"{g.label} = {len(g.runs)} runs" for g in pooled)
+        if pooled
+        else ""
+    )
+    return groups, note
+
+
+def _judge(d: Difference) -> str:
+    if d.significant is None:
+        return "too few to judge"
+    return "significant" if d.significant else "within noise"
+
+
+def _diff_cell(d: Difference, as_pct: bool = False) -> str:
+    f = pct if as_pct else num
+    if d.diff is None:
+        return "-"
+    if d.low is None or d.high is None:
+        return f"{'+' if d.diff >= 0 else ''}{f(d.diff)}"
+    return f"{'+' if d.diff >= 0 else ''}{f(d.diff)} [{f(d.low)}, {f(d.high)}]"
+
+
+def compare(run_dirs: list[Path]) -> Comparison:
+    runs = [load_run(p) for p in run_dirs]
+    groups, group_note = make_groups(runs)
+    base = groups[0]
+    columns = ["figure"] + [f"{g.label} (mean ± sd, n)" for g in groups]
+    for g in groups[1:]:
+        columns += [f"{g.label} − {base.label} [95% CI]", f"{g.label} vs {base.label}"]
+    rows: list[list[str]] = []
+
+    def pooled(g: Group, key: str) -> list[float]:
+        return [v for r in g.runs for v in values(r.main, key)]
+
+    for key, label, unit in PER_REQUEST:
+        row = [f"{label} ({unit})"]
+        for g in groups:
+            d = describe(pooled(g, key))
+            row.append(f"{num(d.mean)} ± {num(d.sd)} (n={d.n})" if d.n else "-")
+        for g in groups[1:]:
+            dd = bootstrap_mean_diff(pooled(base, key), pooled(g, key))
+            judge = _judge(dd)
+            if len(base.runs) > 1 and len(g.runs) > 1:
+                w = welch(
+                    [m for r in base.runs if (m := describe(values(r.main, key)).mean) is not None],
+                    [m for r in g.runs if (m := describe(values(r.main, key)).mean) is not None],
+                )
+                judge += f"; over runs (Welch): {_judge(w)}"
+            row += [_diff_cell(dd), judge]
+        rows.append(row)
+
+    def pairs(g: Group) -> tuple[list[float], list[float]]:
+        c: list[float] = []
+        p: list[float] = []
+        for r in g.runs:
+            a, b = cache_pairs(r.main)
+            c += a
+            p += b
+        return c, p
+
+    row = ["prefix-cache hit (cached / prompt)"]
+    for g in groups:
+        c, p = pairs(g)
+        row.append(f"{pct(sum(c) / sum(p))} (n={len(p)})" if p and sum(p) else "-")
+    for g in groups[1:]:
+        (ca, pa), (cb, pb) = pairs(base), pairs(g)
+        dd = bootstrap_ratio_diff(ca, pa, cb, pb)
+        row += [_diff_cell(dd, as_pct=True), _judge(dd)]
+    rows.append(row)
+
+    for label, fn in (
+        ("aggregate output tok/s (per run)", aggregate_tok_s),
+        ("server hit rate (per run)", _server_hit),
+    ):
+        per_group = [[v for r in g.runs if (v := fn(r)) is not None] for g in groups]
+        row = [label]
+        for vals in per_group:
+            d = describe(vals)
+            row.append(f"{num(d.mean)} ± {num(d.sd)} (runs={d.n})" if d.n else "-")
+        for vals in per_group[1:]:
+            w = welch(per_group[0], vals)
+            judge = _judge(w)
+            if w.significant is None:
+                judge = "too few runs to judge (need 2+ per group)"
+            row += [_diff_cell(w), judge]
+        rows.append(row)
+
+    method = (
+        f"Per-request figures: percentile bootstrap 95% CI of the difference of means "
+        f"({BOOTSTRAP_RESAMPLES} resamples, fixed seed), requests pooled over a group's runs; "
+        "the hit rate is a ratio of sums, bootstrapped the same way. Requests within a run "
+        "are correlated, so these intervals are optimistic: prefer repeated runs, whose "
+        "run-level figures are judged with Welch's t-test (95%). A difference is "
+        "'significant' when its interval excludes zero."
+    )
+    changed = diff([g.fingerprint for g in groups])
+    fp_rows = [[k, *vals] for k, vals in changed]
+    notes = [group_note] if group_note else []
+    for g in groups:
+        notes.append(f"{g.label}: " + ", ".join(r.run_id for r in g.runs))
+    if not changed:
+        notes.append("The fingerprints are identical: nothing recorded differs between groups.")
+    elif server_unchanged(changed):
+        notes.append(
+            "The scenario changed but nothing the server reports did (version, effective "
+            "config, KV pool, model): a changed flag may not have taken effect (field note 8)."
+        )
+    return Comparison(
+        groups,
+        Table("Headline figures", columns, rows, id="compare"),
+        Table(
+            "Fingerprint differences",
+            ["what", *(g.label for g in groups)],
+            fp_rows,
+            note="" if fp_rows else "none",
+            id="fingerprint-diff",
+        ),
+        notes,
+        method,
+    )
+
+
+def _server_hit(run: RunData) -> float | None:
+    v = run.collector("server").get("hit_rate_run")
+    return float(v) if isinstance(v, int | float) else None
+
+
+def render_compare_md(c: Comparison) -> str:
+    from stress.report.render_md import table_md
+
+    out = ["# stress compare", ""]
+    out += [f"- {n}" for n in c.notes]
+    out += ["", *table_md(c.figures, "##"), f"_Method: {c.method}_", ""]
+    out += table_md(c.fingerprints, "##")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_compare_html(c: Comparison) -> str:
+    from html import escape
+
+    from stress.report.render_html import CSS, table_html
+
+    notes = "".join(f"<li>{escape(n)}</li>" for n in c.notes)
+    return (
+        "<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8><title>stress compare"
+        f"</title><style>{CSS}</style></head><body><h1>stress compare</h1><ul>{notes}</ul>"
+        + table_html(c.figures, "h2")
+        + f"<p class=note>Method: {escape(c.method)}</p>"
+        + table_html(c.fingerprints, "h2")
+        + "</body></html>\n"
+    )

@@ -1,0 +1,110 @@
+"""What a run ran against: the facts two runs must share to be comparable (field note 8).
+
+A flat ``name -> value`` map: scenario hash, tool and library versions, server kind,
+version and effective configuration (whatever the manifest records), model, KV pool, GPUs
+and driver. ``stress compare`` diffs these, so a flag that did not take effect shows up as
+"no change in the server's effective configuration".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stress.report.load import RunData
+
+#: What the pre-flight probe learnt from the server itself (never its URL or port).
+PROBE_KEYS = (
+    "kind",
+    "version",
+    "model",
+    "context_length",
+    "kv_pool_tokens",
+    "prefix_caching",
+    "spec_decode",
+    "slot_n_ctx",
+)
+
+#: Keys whose values come from the server itself (not from what we asked for).
+SERVER_REPORTED_PREFIXES = ("server.", "model", "gpu")
+
+
+def _flatten(prefix: str, obj: Any, out: dict[str, str]) -> None:
+    if isinstance(obj, dict):
+        for k, v in sorted(obj.items()):
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(obj, list) and not all(isinstance(x, str | int | float) for x in obj):
+        for i, v in enumerate(obj):
+            _flatten(f"{prefix}[{i}]", v, out)
+    elif obj is not None and obj != "" and obj != {} and obj != []:
+        out[prefix] = ", ".join(map(str, obj)) if isinstance(obj, list) else str(obj)
+
+
+def fingerprint(run: RunData) -> dict[str, str]:
+    m = run.manifest
+    sc = run.scenario
+    out: dict[str, str] = {}
+    out["scenario"] = run.scenario_name
+    out["scenario.sha256"] = str(m.get("scenario_sha256") or "-")[:16]
+    for k in ("count",):
+        if (sc.get("users") or {}).get(k) is not None:
+            out["scenario.users"] = str(sc["users"][k])
+    conv = sc.get("conversation") or {}
+    for k in ("cache", "ceiling_tokens"):
+        if conv.get(k) is not None:
+            out[f"scenario.{k}"] = str(conv[k])
+    if (sc.get("request") or {}).get("max_tokens") is not None:
+        out["scenario.max_tokens"] = str(sc["request"]["max_tokens"])
+    _flatten("sim", (sc.get("target") or {}).get("sim") or {}, out)
+    _flatten("tool", m.get("versions") or {}, out)
+    out["target"] = str(m.get("target_url") or "-")
+    out["model"] = str(m.get("model") or "-")
+    models = m.get("models") or []
+    if models and isinstance(models[0], dict) and models[0].get("max_model_len"):
+        out["model.max_model_len"] = str(models[0]["max_model_len"])
+    out["server.kind"] = str((sc.get("target") or {}).get("server") or "auto")
+    server = run.collector("server")
+    if server.get("dialect"):
+        out["server.dialect"] = str(server["dialect"])
+    if server.get("kv_pool_tokens"):
+        out["server.kv_pool_tokens"] = f"{float(server['kv_pool_tokens']):.0f}"
+    if m.get("server_kind"):
+        out["server.kind"] = str(m["server_kind"])
+    probe = m.get("probe")
+    if isinstance(probe, dict):
+        for key in PROBE_KEYS:
+            if probe.get(key) not in (None, "", []):
+                out[f"server.{key}"] = str(probe[key])
+        _flatten("server.config", probe.get("effective_config") or {}, out)
+    if m.get("time_scale") not in (None, 1, 1.0):
+        out["sim.time_scale"] = str(m["time_scale"])
+    for i, c in enumerate(run.gpu_cards):
+        pcie = c.get("pcie") or {}
+        out[f"gpu[{i}]"] = (
+            f"{c.get('name')} bus {c.get('bus_id')} driver {c.get('driver')} "
+            f"power limit {c.get('power_limit_w')} W PCIe gen{pcie.get('gen_max')} "
+            f"x{pcie.get('width')}/x{pcie.get('width_max')}"
+        )
+    host = m.get("host") or {}
+    if host.get("hostname"):
+        out["host"] = f"{host.get('hostname')} ({host.get('cpus')} CPUs)"
+    return out
+
+
+def group_key(fp: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """Runs with equal keys are repeats of one configuration and are pooled."""
+    return tuple(sorted(fp.items()))
+
+
+def diff(fps: list[dict[str, str]]) -> list[tuple[str, list[str]]]:
+    """Keys whose values differ between fingerprints, with each one's value."""
+    keys = sorted({k for fp in fps for k in fp})
+    return [
+        (k, [fp.get(k, "-") for fp in fps]) for k in keys if len({fp.get(k, "-") for fp in fps}) > 1
+    ]
+
+
+def server_unchanged(changed: list[tuple[str, list[str]]]) -> bool:
+    """True when what we asked for changed but nothing the server reports did."""
+    asked = [k for k, _ in changed if k.startswith(("scenario", "sim"))]
+    reported = [k for k, _ in changed if k.startswith(SERVER_REPORTED_PREFIXES)]
+    return bool(asked) and not reported

@@ -1,0 +1,31 @@
+"""Number formatting shared by every table, so a figure reads the same everywhere."""
+
+from __future__ import annotations
+
+from stress.report.stats import Describe
+
+
+def num(v: float | int | None, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if v != v:  # NaN
+        return "-"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}"
+
+
+def pct(v: float | None) -> str:
+    return "-" if v is None else f"{100.0 * v:.1f}%"
+
+
+def mean_sd(d: Describe, digits: int = 3) -> str:
+    if d.n == 0 or d.mean is None:
+        return "-"
+    return f"{num(d.mean, digits)} ± {num(d.sd, digits)}"
+
+
+def tokens(v: float | int | None) -> str:
+    return "-" if v is None else f"{round(v):,}"

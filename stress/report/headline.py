@@ -1,0 +1,135 @@
+"""The headline figures over non-warm-up requests, and their published definitions.
+
+One function per figure so that ``report``, ``compare`` and ``ls`` agree exactly. Latency
+and speed figures count answered requests only (``ok`` and ``reasoning_only``): a failed
+request has no TTFT. Aggregate output throughput is a run-level figure; its spread is
+taken over equal time windows of the run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stress.report.fmt import mean_sd, num
+from stress.report.load import Record, RunData
+from stress.report.model import Table
+from stress.report.stats import Describe, describe
+
+ANSWERED = ("ok", "reasoning_only")
+
+#: (record field, label, unit)
+PER_REQUEST: tuple[tuple[str, str, str], ...] = (
+    ("ttft_s", "TTFT", "s"),
+    ("ttfc_s", "TTFC", "s"),
+    ("decode_tok_s", "decode", "tok/s"),
+    ("e2e_s", "e2e", "s"),
+)
+
+DEFINITIONS: tuple[tuple[str, str], ...] = (
+    ("TTFT", "first chunk carrying generated text (reasoning or content) - request sent"),
+    ("TTFC", "first chunk carrying answer content - request sent"),
+    ("decode tok/s", "(completion_tokens - 1) / (t_last_token - t_first_token)"),
+    ("e2e", "last byte - request sent (the client's queueing is reported separately)"),
+    (
+        "aggregate output tok/s",
+        "completion tokens of non-warm-up requests / run duration; spread over time windows",
+    ),
+    ("prefix-cache hit (per request)", "cached_tokens / prompt_tokens, summed over requests"),
+    (
+        "cache retention",
+        "cached_tokens / reusable_tokens (what this user already sent); below 1 = evicted",
+    ),
+    ("server hit rate", "delta(prefix hits) / delta(prefix queries) from the server's counters"),
+    ("working set", "sum over users of their live conversation length (tokens) at a moment"),
+    ("spread", "sample standard deviation; n = number of samples; p = percentiles"),
+)
+
+
+def values(records: list[Record], key: str) -> list[float]:
+    """A per-request figure over answered requests (None values skipped)."""
+    return [
+        float(r[key]) for r in records if r.get(key) is not None and r.get("outcome") in ANSWERED
+    ]
+
+
+def cache_pairs(records: list[Record]) -> tuple[list[float], list[float]]:
+    """(cached, prompt) token pairs of requests whose cached count is known."""
+    cached: list[float] = []
+    prompt: list[float] = []
+    for r in records:
+        c, p = r.get("cached_tokens"), r.get("prompt_tokens")
+        if c is not None and p:
+            cached.append(float(c))
+            prompt.append(float(p))
+    return cached, prompt
+
+
+def cached_share(records: list[Record]) -> float | None:
+    cached, prompt = cache_pairs(records)
+    return sum(cached) / sum(prompt) if prompt and sum(prompt) > 0 else None
+
+
+def throughput_windows(run: RunData, n_windows: int = 30) -> list[float]:
+    """Output tok/s of non-warm-up requests per equal time window.
+
+    Each request's tokens are spread evenly over its decode interval (first token to end),
+    so a long reply counts where it was generated.
+    """
+    duration = run.duration_s
+    if duration <= 0:
+        return []
+    width = max(duration / n_windows, 1e-9)
+    edges = np.linspace(0.0, duration, n_windows + 1)
+    tokens = np.zeros(n_windows)
+    for r in run.main:
+        n = r.get("completion_tokens") or 0
+        if not n:
+            continue
+        start = float(r.get("t_start") or 0.0)
+        a = start + float(r.get("ttft_s") or 0.0)
+        b = start + float(r.get("e2e_s") or 0.0)
+        if b <= a:
+            i = min(int(b / width), n_windows - 1)
+            tokens[i] += n
+            continue
+        overlap = np.clip(np.minimum(edges[1:], b) - np.maximum(edges[:-1], a), 0.0, None)
+        tokens += n * overlap / (b - a)
+    return list(tokens / width)
+
+
+def aggregate_tok_s(run: RunData) -> float | None:
+    d = run.duration_s
+    total = sum(r.get("completion_tokens") or 0 for r in run.main)
+    return total / d if d > 0 else None
+
+
+def headline_stats(run: RunData) -> dict[str, Describe]:
+    return {key: describe(values(run.main, key)) for key, _, _ in PER_REQUEST}
+
+
+def headline_table(run: RunData) -> Table:
+    stats = headline_stats(run)
+    rows: list[list[str]] = []
+    for key, label, unit in PER_REQUEST:
+        d = stats[key]
+        rows.append([f"{label} ({unit})", mean_sd(d), num(d.p50), num(d.p95), num(d.p99), str(d.n)])
+    windows = throughput_windows(run)
+    w = describe(windows)
+    agg = aggregate_tok_s(run)
+    rows.append(
+        [
+            "aggregate output (tok/s)",
+            f"{num(agg)} ± {num(w.sd)}" if agg is not None else "-",
+            num(w.p50),
+            num(w.p95),
+            num(w.p99),
+            f"{w.n} windows",
+        ]
+    )
+    return Table(
+        "Headline (non-warm-up requests)",
+        ["figure", "mean ± sd", "p50", "p95", "p99", "n"],
+        rows,
+        note=f"{len(run.requests) - len(run.main)} warm-up requests excluded.",
+        id="headline",
+    )

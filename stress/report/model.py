@@ -1,0 +1,47 @@
+"""The report as plain data: what both renderers (Markdown, HTML) and the terminal show.
+
+Builders produce these objects; renderers only lay them out. Cells are already formatted
+strings so the two renderers cannot disagree about a number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Status = Literal["PASS", "WARN", "FAIL"]
+
+
+@dataclass(slots=True)
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    note: str = ""
+    id: str = ""
+
+
+@dataclass(slots=True)
+class Chart:
+    id: str
+    title: str
+    svg: str
+    caption: str = ""
+
+
+@dataclass(slots=True)
+class Section:
+    id: str
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    charts: list[Chart] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Verdict:
+    status: Status
+    summary: str
+    items: list[str]
+    """One line each: requests, errors, empty replies, stalls/hangs/restarts, hardware."""
+    warnings: list[str]

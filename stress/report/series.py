@@ -1,0 +1,135 @@
+"""Time series for the charts: server counters and GPU samples folded into windows.
+
+Hit rate comes from counter deltas over a window (DESIGN: never a single-scrape gauge);
+energy per token from the GPU energy counters' increments against tokens generated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from stress.report.load import RunData
+
+FloatArray = npt.NDArray[np.float64]
+THROTTLING = frozenset(
+    {"sw_power_cap", "hw_slowdown", "hw_power_brake", "sw_thermal", "hw_thermal", "board_limit"}
+)
+
+
+@dataclass(slots=True)
+class ServerSeries:
+    t: FloatArray
+    hit_rate: FloatArray
+    """Windowed hit rate (NaN where the window saw no prefix queries)."""
+    kv_usage: FloatArray
+    preemptions: FloatArray
+    has_preemptions: bool
+    window_s: float
+
+
+def window_width(run: RunData, n: int = 40) -> float:
+    return max(run.duration_s / n, 1.0)
+
+
+def server_series(run: RunData) -> ServerSeries | None:
+    recs = [r for r in run.server if isinstance(r.get("t"), int | float)]
+    if not recs:
+        return None
+    width = window_width(run)
+    n = int(run.duration_s // width) + 1
+    hits, queries, pre = np.zeros(n), np.zeros(n), np.zeros(n)
+    kv_sum, kv_n = np.zeros(n), np.zeros(n)
+    has_pre = False
+    for r in recs:
+        i = min(int(float(r["t"]) // width), n - 1)
+        d = r.get("deltas") or {}
+        hits[i] += float(d.get("prefix_hits") or 0.0)
+        queries[i] += float(d.get("prefix_queries") or 0.0)
+        if "preemptions" in d:
+            has_pre = True
+            pre[i] += float(d["preemptions"] or 0.0)
+        kv = r.get("kv_usage")
+        if kv is None:
+            kv = (r.get("values") or {}).get("kv_usage")
+        if kv is not None:
+            kv_sum[i] += float(kv)
+            kv_n[i] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        hit = np.where(queries > 0, hits / queries, np.nan)
+        kv_mean = np.where(kv_n > 0, kv_sum / kv_n, np.nan)
+    t = (np.arange(n, dtype=np.float64) + 0.5) * width
+    return ServerSeries(t, hit, kv_mean, pre, has_pre, width)
+
+
+@dataclass(slots=True)
+class CardSeries:
+    key: str
+    label: str
+    t: list[float] = field(default_factory=list)
+    power_w: list[float] = field(default_factory=list)
+    temp_c: list[float] = field(default_factory=list)
+    sm_mhz: list[float] = field(default_factory=list)
+    energy_j: list[float] = field(default_factory=list)
+    throttled: list[bool] = field(default_factory=list)
+    power_limit_w: float | None = None
+
+
+def _nan(v: object) -> float:
+    return float(v) if isinstance(v, int | float) else float("nan")
+
+
+def gpu_series(run: RunData) -> list[CardSeries]:
+    names = {str(c.get("key")): str(c.get("name") or c.get("key")) for c in run.gpu_cards}
+    cards: dict[str, CardSeries] = {}
+    for rec in run.gpu_samples:
+        for c in rec.get("cards") or []:
+            key = str(c.get("key"))
+            s = cards.get(key)
+            if s is None:
+                s = cards[key] = CardSeries(key, f"{names.get(key, key)} ({key[-8:]})")
+            s.t.append(float(c.get("t", rec.get("t", 0.0))))
+            s.power_w.append(_nan(c.get("power_w")))
+            s.temp_c.append(_nan(c.get("temp_c")))
+            s.sm_mhz.append(_nan(c.get("sm_mhz")))
+            s.energy_j.append(_nan(c.get("energy_j")))
+            s.throttled.append(bool(THROTTLING & set(c.get("throttle") or [])))
+            if c.get("power_limit_w") is not None:
+                s.power_limit_w = float(c["power_limit_w"])
+    return list(cards.values())
+
+
+def energy_per_token(run: RunData, cards: list[CardSeries]) -> tuple[FloatArray, FloatArray]:
+    """(window centres, J per output token) from energy increments and tokens per window."""
+    width = window_width(run, 20)
+    n = int(run.duration_s // width) + 1
+    energy = np.zeros(n)
+    for c in cards:
+        e = np.asarray(c.energy_j)
+        t = np.asarray(c.t)
+        ok = np.isfinite(e)
+        e, t = e[ok], t[ok]
+        if e.size < 2:
+            continue
+        inc = np.clip(np.diff(e), 0.0, None)
+        idx = np.minimum((t[1:] // width).astype(int), n - 1)
+        np.add.at(energy, idx, inc)
+    toks = np.zeros(n)
+    for r in run.requests:
+        end = float(r.get("t_start") or 0.0) + float(r.get("e2e_s") or 0.0)
+        toks[min(int(end // width), n - 1)] += float(r.get("completion_tokens") or 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        jpt = np.where(toks > 0, energy / toks, np.nan)
+    return (np.arange(n, dtype=np.float64) + 0.5) * width, np.asarray(jpt, dtype=np.float64)
+
+
+def total_energy_j(cards: list[CardSeries]) -> float:
+    total = 0.0
+    for c in cards:
+        e = np.asarray(c.energy_j)
+        e = e[np.isfinite(e)]
+        if e.size >= 2:
+            total += float(e[-1] - e[0])
+    return total

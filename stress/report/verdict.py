@@ -1,0 +1,110 @@
+"""The verdict that opens every report: did the run go well, and what went wrong.
+
+Field notes 3-5: "zero errors" alone hides empty replies, budget-starved reasoning, stalls,
+hangs and preemption storms; a restart counter alone misses a hang. So the verdict lists
+each of those separately, with the diagnosis where the record carries one, and the summary's
+loud warnings. It is decided on all requests, warm-up included: a failure is a failure.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from stress.report.load import RunData
+from stress.report.model import Status, Verdict
+from stress.summary import warnings_for
+
+HW_KINDS = ("xid", "aer", "ecc", "ecc_dbe", "ecc_uncorrected", "gpu_lost", "gpu_unavailable")
+SEVERE_WARNINGS = ("measuring_noise", "all_replies_budget", "all_replies_empty")
+
+
+def _events(run: RunData, *kinds: str) -> list[dict[str, Any]]:
+    return [e for e in run.events if e.get("kind") in kinds]
+
+
+def make_verdict(run: RunData) -> Verdict:
+    recs = run.requests
+    items: list[str] = []
+    fail: list[str] = []
+    warn: list[str] = []
+    outcomes = Counter(str(r.get("outcome", "error")) for r in recs)
+    warm = sum(1 for r in recs if r.get("warmup"))
+    accounted = sum(outcomes.values())
+    items.append(
+        f"Requests: {len(recs):,} sent, {accounted:,} accounted for ("
+        + ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items()))
+        + f"); {warm:,} warm-up requests are excluded from the figures."
+    )
+    if not run.complete:
+        warn.append("incomplete")
+        items.append(
+            "The run did not finish (killed or crashed): this report covers the files up to "
+            "the last flush."
+        )
+    errors = [r for r in recs if r.get("outcome") == "error"]
+    classes = Counter(str(r.get("error_class") or "unclassified") for r in errors)
+    real = sum(v for k, v in classes.items() if k != "cancelled")
+    if errors:
+        items.append(
+            f"Errors: {len(errors):,} ("
+            + ", ".join(f"{k} {v:,}" for k, v in classes.most_common())
+            + ")."
+        )
+        if real:
+            fail.append("errors")
+    else:
+        items.append("Errors: none.")
+    odd = [r for r in recs if r.get("outcome") in ("empty", "reasoning_only", "truncated")]
+    if odd:
+        diag = Counter(
+            (str(r.get("outcome")), str(r.get("diagnosis") or "no diagnosis")) for r in odd
+        )
+        items.append(
+            "Empty, reasoning-only or truncated replies: "
+            + "; ".join(f"{n:,} {o} ({d})" for (o, d), n in diag.most_common())
+            + "."
+        )
+        warn.append("replies")
+    else:
+        items.append("Empty or reasoning-only replies: none.")
+    stalls = classes.get("stall", 0)
+    server = run.collector("server")
+    hangs = len(_events(run, "hang_suspected")) or int(server.get("hangs_suspected") or 0)
+    restarts = len(_events(run, "restart")) or int(server.get("restarts") or 0)
+    downs = len(_events(run, "server_down")) or int(server.get("down_events") or 0)
+    preempt = server.get("preemptions")
+    items.append(
+        f"Stalls {stalls}, suspected hangs {hangs}, server restarts {restarts}, server down "
+        f"{downs} times" + (f", preemptions {preempt:,.0f}" if preempt else "") + "."
+    )
+    if hangs or restarts or downs:
+        fail.append("server")
+    hw = Counter(str(e.get("kind")) for e in run.events if e.get("kind") in HW_KINDS)
+    gpu = run.collector("gpu")
+    if not hw and isinstance(gpu.get("hw_errors"), dict):
+        hw.update({str(k): int(v) for k, v in gpu["hw_errors"].items()})
+    if run.gpu_cards or run.gpu_samples or gpu.get("available"):
+        if hw:
+            items.append(
+                "GPU hardware errors: " + ", ".join(f"{k} {v}" for k, v in hw.items()) + "."
+            )
+            fail.append("hardware")
+        else:
+            items.append("GPU hardware errors (Xid / AER / ECC): none.")
+    else:
+        items.append("GPU hardware errors: not measured (no GPU telemetry in this run).")
+    found = warnings_for(recs, run.manifest)
+    warnings = [w["message"] for w in found]
+    codes = {w["code"] for w in found}
+    if codes & set(SEVERE_WARNINGS):
+        fail.append("measurement")
+    elif warnings:
+        warn.append("warnings")
+    status: Status = "FAIL" if fail else ("WARN" if warn else "PASS")
+    answered = outcomes.get("ok", 0) + outcomes.get("reasoning_only", 0)
+    summary = (
+        f"{status}: {answered:,} of {len(recs):,} requests answered, {real:,} errors, "
+        f"{hangs} hangs, {restarts} restarts"
+    )
+    return Verdict(status, summary, items, warnings)

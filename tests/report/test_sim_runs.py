@@ -1,0 +1,106 @@
+"""End to end on the built-in simulator: real runs through the CLI, then report/compare.
+
+Three short runs (~8 s each, run side by side): a small KV pool, a large pool, and the
+large pool again. Different pools must differ significantly in hit rate; the two
+identical runs must come out within noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stress.report import cli
+from stress.report.compare import compare
+
+HERE = Path(__file__).parent
+REPO = HERE.parent.parent
+
+
+@pytest.fixture(scope="module")
+def sim_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("simruns")
+    jobs = {
+        name: (
+            out / name,
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "stress",
+                    "run",
+                    str(HERE / "scenarios" / scenario),
+                    "--out",
+                    str(out / name),
+                    "--no-tui",
+                ],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            ),
+        )
+        for name, scenario in (
+            ("small", "pool_10000.yaml"),
+            ("big", "pool_262144.yaml"),
+            ("big_again", "pool_262144.yaml"),
+        )
+    }
+    runs: dict[str, Path] = {}
+    for name, (folder, proc) in jobs.items():
+        output, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, output.decode(errors="replace")[-2000:]
+        (run_dir,) = [p for p in folder.iterdir() if (p / "manifest.json").exists()]
+        runs[name] = run_dir
+    return runs
+
+
+def _verdict(rows: list[list[str]], label: str) -> str:
+    return next(r for r in rows if r[0].startswith(label))[-1]
+
+
+@pytest.mark.slow
+def test_report_cli_on_a_simulator_run(
+    sim_runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = sim_runs["big"]
+    (run_dir / "summary.json").unlink()
+    p = argparse.ArgumentParser()
+    cli.add_report_arguments(p)
+    assert cli.report_main(p.parse_args([str(run_dir)])) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("PASS") and "TTFT (s)" in out and "report.html" in out
+    assert (run_dir / "summary.json").exists()  # rebuilt, as `stress report` always did
+    html = (run_dir / "report.html").read_text()
+    for cid in ("ttft-over-time", "cache-kv-over-time", "retention-per-user"):
+        assert f'id="chart-{cid}"' in html
+    md = (run_dir / "report.md").read_text()
+    assert "server.kv_pool_tokens | 262144" in md and "TTFT p95 SLO 2 s" in md
+
+
+@pytest.mark.slow
+def test_compare_pool_sizes_is_significant(sim_runs: dict[str, Path]) -> None:
+    c = compare([sim_runs["small"], sim_runs["big"]])
+    assert _verdict(c.figures.rows, "prefix-cache hit") == "significant"
+    assert "sim.kv_tokens" in {r[0] for r in c.fingerprints.rows}
+
+
+@pytest.mark.slow
+def test_compare_identical_runs_is_within_noise(
+    sim_runs: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = compare([sim_runs["big"], sim_runs["big_again"]])
+    assert "run-to-run noise" in c.notes[0]
+    assert _verdict(c.figures.rows, "prefix-cache hit") == "within noise"
+    assert _verdict(c.figures.rows, "TTFT") == "within noise"
+    assert c.fingerprints.rows == []
+    p = argparse.ArgumentParser()
+    cli.add_compare_arguments(p)
+    html = sim_runs["big"].parent / "cmp.html"
+    args = p.parse_args([str(sim_runs["big"]), str(sim_runs["big_again"]), "--html", str(html)])
+    assert cli.compare_main(args) == 0
+    assert "within noise" in capsys.readouterr().out
+    assert html.read_text().startswith("<!DOCTYPE html>")
