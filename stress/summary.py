@@ -198,7 +198,7 @@ def _server_section(manifest: dict[str, Any], records: list[dict[str, Any]]) -> 
     return out
 
 
-def _rescale(r: dict[str, Any], scale: float) -> dict[str, Any]:
+def rescale_record(r: dict[str, Any], scale: float) -> dict[str, Any]:
     r = dict(r)
     for key in ("ttft_s", "ttfc_s", "e2e_s", "queue_s", "max_gap_s", "t_start", "t_sched"):
         if r.get(key) is not None:
@@ -226,7 +226,7 @@ def build_summary(run_dir: Path) -> dict[str, Any]:
     events = read_jsonl(run_dir / "events.jsonl")
     scale = float(manifest.get("time_scale") or 1.0)
     if scale != 1.0:  # simulator time ran faster than the wall: report simulated seconds
-        records = [_rescale(r, scale) for r in records]
+        records = [rescale_record(r, scale) for r in records]
     main = [r for r in records if not r.get("warmup")]
     users = sorted({r.get("user", 0) for r in records})
     t_end = max((r.get("t_start", 0) + (r.get("e2e_s") or 0) for r in records), default=0.0)

@@ -17,6 +17,7 @@ import orjson
 
 from stress.errors import RunDirError
 from stress.recorder import read_jsonl
+from stress.summary import rescale_record
 
 Record = dict[str, Any]
 
@@ -101,12 +102,33 @@ def load_run(run_dir: Path) -> RunData:
             cards = [c for c in rec.get("cards") or [] if isinstance(c, dict)]
         elif rec.get("type") == "sample":
             samples.append(rec)
+    requests = read_jsonl(run_dir / "requests.jsonl")
+    events = read_jsonl(run_dir / "events.jsonl")
+    server = read_jsonl(run_dir / "server.jsonl")
+    scale = float(manifest.get("time_scale") or 1.0)
+    if scale != 1.0:  # a time-scaled simulator run: show simulated seconds, like summary.json
+        manifest = {**manifest, "duration_s": float(manifest.get("duration_s") or 0) * scale}
+        requests = [rescale_record(r, scale) for r in requests]
+        events = [{**e, "t": float(e.get("t") or 0) * scale} for e in events]
+        server = [_rescale_sample(s, scale) for s in server]
     return RunData(
         path=run_dir,
         manifest=manifest,
-        requests=read_jsonl(run_dir / "requests.jsonl"),
-        events=read_jsonl(run_dir / "events.jsonl"),
-        server=read_jsonl(run_dir / "server.jsonl"),
+        requests=requests,
+        events=events,
+        server=server,
         gpu_cards=cards,
         gpu_samples=samples,
     )
+
+
+def _rescale_sample(s: Record, scale: float) -> Record:
+    """A server sample on the simulated clock: times multiplied, per-time rates divided."""
+    out = {**s, "t": float(s.get("t") or 0) * scale}
+    for key, value in s.items():
+        if isinstance(value, int | float) and (key.endswith("_tok_s") or key.endswith("_per_min")):
+            out[key] = value / scale
+    rates = s.get("rates")
+    if isinstance(rates, dict):
+        out["rates"] = {k: v / scale if isinstance(v, int | float) else v for k, v in rates.items()}
+    return out
