@@ -1,0 +1,99 @@
+"""What the TUI keeps between ticks, and the two-step stop: pure, no Textual.
+
+The run talks to the sink at any moment (``on_event``, ``line``), even before the app has
+mounted; the app pulls from here at most four times a second. Everything is bounded: a
+queue of log lines not yet shown, counters by event kind, a short power history. The
+report never reads any of it: it is built from the run's files.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
+
+from rich.text import Text
+
+from stress.events import RunEvent
+from stress.live import Snapshot
+from stress.tui.format import gpu_cards, total_power
+from stress.tui.verdict import HARDWARE_KINDS, Verdict, judge
+from stress.tui.widgets.events import event_text, message_text
+
+PENDING = 500
+POWER_HISTORY = 300
+POWER_EVERY_S = 1.0
+STOPPING = "stopping: finishing in-flight requests; press q/ctrl+c again to cancel them"
+CANCELLING = "cancelling the requests still in flight; the run directory is being completed"
+
+
+class Feed:
+    def __init__(
+        self,
+        header: dict[str, Any],
+        snapshot: Callable[[], Snapshot],
+        on_quit: Callable[[], None],
+        on_cancel: Callable[[], None],
+    ) -> None:
+        self.header = header
+        self.snapshot = snapshot
+        self._on_quit = on_quit
+        self._on_cancel = on_cancel
+        self.pending: deque[Text] = deque(maxlen=PENDING)
+        self.dropped = 0
+        self.kinds: Counter[str] = Counter()
+        self.warnings = 0
+        self.hardware = 0
+        self.power: deque[float] = deque(maxlen=POWER_HISTORY)
+        self._power_t = -POWER_EVERY_S
+        self.stops = 0
+        self.last_t: float | None = None
+
+    # --- from the run ----------------------------------------------------------------
+
+    def add_event(self, ev: RunEvent) -> None:
+        self.kinds[ev.kind] += 1
+        if ev.severity == "warning":
+            self.warnings += 1
+        if ev.severity == "error" and (ev.source == "gpu" or ev.kind in HARDWARE_KINDS):
+            self.hardware += 1
+        self._push(event_text(ev))
+
+    def add_line(self, text: str) -> None:
+        self._push(message_text(self.last_t, text))
+
+    def _push(self, line: Text) -> None:
+        if len(self.pending) == self.pending.maxlen:
+            self.dropped += 1
+        self.pending.append(line)
+
+    # --- from the app ----------------------------------------------------------------
+
+    def drain(self) -> list[Text]:
+        lines = list(self.pending)
+        self.pending.clear()
+        if self.dropped:
+            lines.insert(0, Text(f"({self.dropped} lines skipped: see events.jsonl)", "dim"))
+            self.dropped = 0
+        return lines
+
+    def sample(self, s: Snapshot) -> None:
+        """Note the time and, once a second, the total GPU power."""
+        self.last_t = s.t
+        if s.t - self._power_t >= POWER_EVERY_S:
+            watts = total_power(gpu_cards(s.collectors.get("gpu")))
+            if watts is not None:
+                self.power.append(watts)
+                self._power_t = s.t
+
+    def verdict(self, s: Snapshot) -> Verdict:
+        return judge(s, self.kinds, self.warnings, self.hardware)
+
+    def stop(self) -> str:
+        """First press: graceful stop. Second: cancel in flight. Returns what to show."""
+        self.stops += 1
+        if self.stops == 1:
+            self._on_quit()
+            return STOPPING
+        self._on_cancel()
+        return CANCELLING

@@ -1,0 +1,101 @@
+"""Run header: what is being tested, where the run stands, and the verdict badge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Static
+
+from stress.live import Snapshot
+from stress.tui import format as f
+from stress.tui.verdict import Verdict
+
+LEVEL_LABEL = {"ok": "● OK", "warn": "▲ CHECK", "bad": "✖ PROBLEM"}
+PHASE_STYLE = {
+    "warmup": "yellow",
+    "running": "green",
+    "draining": "bold yellow",
+    "finished": "cyan",
+}
+
+
+def identity_line(header: dict[str, Any]) -> Text:
+    t = Text()
+    t.append("stress ", style="bold")
+    t.append(str(header.get("scenario", "-")), style="bold cyan")
+    t.append(f" → {header.get('target', '-')}")
+    t.append(f" · model {header.get('model', '-')}")
+    t.append(f" · server {header.get('server', '-')}")
+    t.append(f" · {header.get('users', '-')} users · cache {header.get('cache', '-')}")
+    return t
+
+
+def progress_line(header: dict[str, Any], s: Snapshot, compact: bool = False) -> Text:
+    """Phase, time, totals; ``compact`` drops the words an 80-column terminal can't fit."""
+    t = Text()
+    t.append(f" {s.phase} ", style=f"reverse {PHASE_STYLE.get(s.phase, 'white')}")
+    duration = header.get("duration_s")
+    t.append(f" {f.clock(s.t)}")
+    if isinstance(duration, int | float) and duration > 0:
+        left = f.clock(max(0.0, duration - s.t))
+        t.append(f"/{f.clock(duration)}" if compact else f" / {f.clock(duration)} ({left} left)")
+    rounds = header.get("rounds")
+    if compact:
+        t.append(f" · req {s.rounds_done}")
+    else:
+        t.append(f" · requests {s.rounds_done}" + (f" (rounds {rounds})" if rounds else ""))
+    o = s.outcomes
+    t.append(" · ok ")
+    t.append(str(o.get("ok", 0)), style="green")
+    t.append(" err ")
+    t.append(str(o.get("error", 0)), style="bold red" if o.get("error") else "")
+    empty = sum(o.get(k, 0) for k in ("empty", "reasoning_only", "truncated"))
+    t.append(" empty ")
+    t.append(str(empty), style="yellow" if empty else "")
+    if compact:
+        t.append(f" · TTFT {f.secs(s.ttft_p50_recent)} · {f.rate(s.out_tok_s_recent)} tok/s")
+        return t
+    t.append(f" · in flight {s.in_flight}")
+    t.append(f" · TTFT p50 {f.secs(s.ttft_p50_recent)}")
+    t.append(f" · out {f.rate(s.out_tok_s_recent)} tok/s")
+    return t
+
+
+class RunHeader(Horizontal):
+    """Two lines of run identity and progress, with the verdict badge on the right."""
+
+    def __init__(self, header: dict[str, Any]) -> None:
+        super().__init__(id="header")
+        self._header = header
+        self._last: tuple[str, str] | None = None
+        self._shown: tuple[Snapshot, Verdict] | None = None
+        self._badge = ""
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="header-text"):
+            yield Static(identity_line(self._header), id="identity")
+            yield Static(id="progress")
+        yield Static(LEVEL_LABEL["ok"], id="badge", classes="ok")
+
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            self.show(*self._shown)
+
+    def show(self, s: Snapshot, verdict: Verdict) -> None:
+        self._shown = (s, verdict)
+        progress = progress_line(self._header, s, compact=self.size.width < 120)
+        key = (progress.plain, verdict.label)
+        if key == self._last:
+            return
+        self._last = key
+        self.query_one("#progress", Static).update(progress, layout=False)
+        badge = self.query_one("#badge", Static)
+        reasons = " · ".join(verdict.reasons)
+        label = f"{LEVEL_LABEL[verdict.level]}\n{reasons}" if reasons else LEVEL_LABEL["ok"]
+        if label != self._badge:  # the badge is auto-width: a new label needs a layout
+            self._badge = label
+            badge.update(label)
+            badge.set_classes(verdict.level)

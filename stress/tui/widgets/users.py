@@ -1,0 +1,206 @@
+"""One row per simulated user, repainted line by line under a stable row key.
+
+A one-hour soak refreshes this table thousands of times on the loop the engine runs on.
+Textual's DataTable re-renders every visible cell whenever any cell changes (about 50 ms
+at 64 users on a small machine), so this is a line-API widget instead: each row's cells
+are formatted to plain strings, compared with what is on screen, and only the screen
+lines of rows that changed are re-rendered, from a per-row cache of strips.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.binding import Binding, BindingType
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from stress.live import UserRow
+from stress.tui import format as f
+
+# (key, label, width, right-aligned)
+COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
+    ("user", "user", 4, False),
+    ("state", "state", 9, False),
+    ("round", "rnd", 4, True),
+    ("conv", "conv tok", 8, True),
+    ("ttft", "TTFT", 6, True),
+    ("tok_s", "tok/s", 5, True),
+    ("cached", "cached", 6, True),
+    ("retention", "retain", 6, True),
+    ("ok", "ok", 3, True),
+    ("err", "err", 3, True),
+    ("empty", "empty", 5, True),
+)
+KEYS = tuple(c[0] for c in COLUMNS)
+GAP = "  "
+STATE_STYLE = {
+    "thinking": Style(dim=True),
+    "waiting": Style(color="yellow"),
+    "reasoning": Style(color="magenta"),
+    "streaming": Style(color="green"),
+    "error": Style(color="red", bold=True),
+    "done": Style(color="cyan"),
+    "starting": Style(dim=True),
+}
+STATE_LABEL = {"waiting": "1st token", "reasoning": "reasoning", "streaming": "content"}
+HEADER_STYLE = Style(bold=True)
+CURSOR_STYLE = Style(bgcolor="grey27")
+ZEBRA_STYLE = Style(bgcolor="grey11")
+RED, YELLOW = Style(color="red", bold=True), Style(color="yellow")
+
+
+def state_of(row: UserRow) -> str:
+    if row.state == "thinking" and row.recent and row.recent[-1].outcome == "error":
+        return "error"
+    return row.state
+
+
+def user_cells(row: UserRow) -> tuple[str, ...]:
+    state = state_of(row)
+    live = row.live_tok_s if row.live_tok_s is not None else row.last_decode_tok_s
+    return (
+        f"u{row.user}",
+        STATE_LABEL.get(state, state),
+        str(row.round),
+        f.tokens(row.conversation_tokens),
+        f.secs(row.last_ttft_s),
+        f.rate(live),
+        f.pct(row.last_cached_pct, ratio=False),
+        f.pct(row.last_retention),
+        str(row.ok),
+        str(row.errors),
+        str(row.empty),
+    )
+
+
+def cell_style(key: str, value: str, state: str) -> Style | None:
+    if key == "state":
+        return STATE_STYLE.get(state)
+    if key == "err" and value != "0":
+        return RED
+    if key == "empty" and value != "0":
+        return YELLOW
+    return None
+
+
+def line_segments(cells: tuple[str, ...], state: str | None) -> list[Segment]:
+    """One table line; ``state`` None means the header."""
+    out: list[Segment] = [Segment(" ")]
+    for i, ((key, _, width, right), value) in enumerate(zip(COLUMNS, cells, strict=True)):
+        text = value[:width].rjust(width) if right else value[:width].ljust(width)
+        style = HEADER_STYLE if state is None else cell_style(key, value, state)
+        if i:
+            out.append(Segment(GAP))
+        out.append(Segment(text, style))
+    return out
+
+
+HEADER = tuple(c[1] for c in COLUMNS)
+TABLE_WIDTH = 1 + sum(c[2] for c in COLUMNS) + len(GAP) * (len(COLUMNS) - 1)
+
+
+class UsersTable(ScrollView, can_focus=True):
+    """Up/down move the cursor; enter (or a click) posts ``UsersTable.Selected``."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor(-1)", "Up", show=False),
+        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("pageup", "cursor(-10)", show=False),
+        Binding("pagedown", "cursor(10)", show=False),
+        Binding("enter", "select", "User detail"),
+    ]
+    cursor: reactive[int] = reactive(0)
+
+    class Selected(Message):
+        def __init__(self, user: int) -> None:
+            super().__init__()
+            self.user = user
+
+    def __init__(self) -> None:
+        super().__init__(id="users")
+        self.users: list[int] = []
+        self.cells: dict[int, tuple[str, ...]] = {}
+        self._states: dict[int, str] = {}
+        self._strips: dict[int, Strip] = {}
+        self.border_title = "users"
+
+    @property
+    def row_count(self) -> int:
+        return len(self.users)
+
+    def show(self, rows: tuple[UserRow, ...]) -> None:
+        """Write the rows that changed; the others are not touched."""
+        if len(rows) != len(self.users):
+            self.users = [r.user for r in rows]
+            self.virtual_size = Size(TABLE_WIDTH, len(rows) + 1)
+            self.refresh()
+        for i, row in enumerate(rows):
+            cells = user_cells(row)
+            if self.cells.get(row.user) != cells:
+                self.cells[row.user] = cells
+                self._states[row.user] = state_of(row)
+                self._strips.pop(i, None)
+                self._refresh_row(i)
+
+    def _refresh_row(self, index: int) -> None:
+        y = index + 1 - self.scroll_offset.y
+        if 1 <= y < self.size.height:
+            self.refresh(Region(0, y, self.size.width, 1))
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        if y == 0:
+            strip = Strip(line_segments(HEADER, None))
+        else:
+            index = y - 1 + self.scroll_offset.y
+            if index >= len(self.users):
+                return Strip.blank(width, self.rich_style)
+            strip = self._strips.get(index) or self._row_strip(index)
+            if index == self.cursor:
+                strip = strip.apply_style(CURSOR_STYLE if self.has_focus else ZEBRA_STYLE)
+        x = self.scroll_offset.x
+        return strip.crop(x, x + width).extend_cell_length(width).apply_style(self.rich_style)
+
+    def _row_strip(self, index: int) -> Strip:
+        user = self.users[index]
+        strip = Strip(line_segments(self.cells[user], self._states[user]))
+        self._strips[index] = strip
+        return strip
+
+    def watch_cursor(self, old: int, new: int) -> None:
+        self._refresh_row(old)
+        self._refresh_row(new)
+        # keep the cursor in view (line 0 is the header)
+        top = self.scroll_offset.y
+        visible = max(1, self.size.height - 1)
+        if new < top:
+            self.scroll_to(y=new, animate=False)
+        elif new >= top + visible:
+            self.scroll_to(y=new - visible + 1, animate=False)
+
+    def on_focus(self) -> None:
+        self._refresh_row(self.cursor)
+
+    def on_blur(self) -> None:
+        self._refresh_row(self.cursor)
+
+    def action_cursor(self, delta: int) -> None:
+        if self.users:
+            self.cursor = max(0, min(len(self.users) - 1, self.cursor + delta))
+
+    def action_select(self) -> None:
+        if 0 <= self.cursor < len(self.users):
+            self.post_message(self.Selected(self.users[self.cursor]))
+
+    def on_click(self, event: object) -> None:
+        y = getattr(event, "y", 0)
+        index = y - 1 + self.scroll_offset.y
+        if y >= 1 and 0 <= index < len(self.users):
+            self.cursor = index
+            self.action_select()
