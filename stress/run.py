@@ -248,7 +248,7 @@ async def _run(
             "scenario": sc.name,
             "target": "sim (built-in simulator)" if target.sim else safe_url(target.url),
             "model": target.model,
-            "server": sc.target.server,
+            "server": server_kind,
             "users": sc.users.count,
             "duration_s": sc.duration,
             "rounds": sc.rounds,
