@@ -70,8 +70,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
             bound.append(f"{sc.duration:g}s")
         if sc.rounds is not None:
             bound.append(f"{sc.rounds} rounds/user")
+        steps = f", {len(sc.phases)} phases" if sc.phases else ""
         print(
-            f"{path}: ok ({sc.name}: {sc.users.count} users, {' or '.join(bound)}, "
+            f"{path}: ok ({sc.name}: {sc.users.count} users, {' or '.join(bound)}{steps}, "
             f"cache {sc.conversation.cache}, target {sc.target.url})"
         )
     return 2 if failed else 0

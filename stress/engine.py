@@ -34,6 +34,15 @@ from stress.tokens import count_tokens
 
 
 @dataclass(slots=True)
+class RunCounters:
+    """Totals across the phases of a run, for the run-wide limits."""
+
+    requests: int = 0
+    errors: int = 0
+    tokens: int = 0
+
+
+@dataclass(slots=True)
 class EngineResult:
     exit_reason: str
     requests: int
@@ -83,6 +92,8 @@ class Engine:
         clock_t0: float,
         paste_scale: float = 1.0,
         on_stop: Callable[[str], None] | None = None,
+        phase: str = "main",
+        counters: RunCounters | None = None,
     ) -> None:
         self.sc = scenario
         self.client = client
@@ -90,7 +101,9 @@ class Engine:
         self.live = live
         self.corpus = corpus
         self.model = model
-        self.nonce = run_nonce
+        self.phase = phase
+        # the phase is part of every marker: users of two phases never share cache
+        self.nonce = run_nonce if phase == "main" else f"{run_nonce}-{phase}"
         self.t0 = clock_t0
         self.paste_scale = paste_scale
         """tiktoken tokens per server token, so paste budgets are in the server's tokens."""
@@ -98,10 +111,10 @@ class Engine:
         self.exit_reason = ""
         self._on_stop = on_stop
         self._tasks: list[asyncio.Task[None]] = []
+        self.counters = counters or RunCounters()
         self._requests = 0
-        self._errors = 0
-        self._tokens = 0
         self._past_warmup = 0
+        self._t_phase = time.perf_counter()
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -112,7 +125,7 @@ class Engine:
         if not self.stop_new.is_set():
             self.exit_reason = reason
             self.stop_new.set()
-            self.live.phase = "draining"
+            self._show("draining")
             if self._on_stop is not None:
                 self._on_stop(reason)
 
@@ -126,7 +139,8 @@ class Engine:
         deadline = None
         if sc.duration is not None:
             deadline = loop.call_later(sc.duration, self.request_stop, "duration")
-        self.live.phase = "warmup" if sc.warmup.rounds else "running"
+        self._show("warmup" if sc.warmup.rounds else "running")
+        self._t_phase = time.perf_counter()
         self._tasks = [
             asyncio.create_task(self._user(u), name=f"user-{u}") for u in range(sc.users.count)
         ]
@@ -153,8 +167,11 @@ class Engine:
             deadline.cancel()
         if not self.exit_reason:
             self.exit_reason = "rounds" if sc.rounds is not None else "done"
-        self.live.phase = "finished"
+        self._show("finished")
         return EngineResult(self.exit_reason, self._requests)
+
+    def _show(self, state: str) -> None:
+        self.live.phase = state if self.phase == "main" else f"{self.phase}: {state}"
 
     async def _sleep_until(self, t_abs: float) -> bool:
         """Sleep until perf time ``t_abs``; False if a stop was requested meanwhile."""
@@ -189,7 +206,7 @@ class Engine:
         conv_spec = sc.conversation
         rng = random.Random(f"{sc.seed}:{u}")
         offset = sc.users.ramp_up * u / sc.users.count if sc.users.count > 1 else 0.0
-        t_next = self.t0 + offset
+        t_next = self._t_phase + offset
         if not await self._sleep_until(t_next):
             return
         conv_index = 1
@@ -203,9 +220,10 @@ class Engine:
             if rnd == sc.warmup.rounds + 1 and sc.warmup.rounds:
                 self._past_warmup += 1
                 if self._past_warmup == sc.users.count and not self.stop_new.is_set():
-                    self.live.phase = "running"
+                    self._show("running")
             excerpt = None
-            if paste is not None and self.corpus is not None:
+            pastes = conv_spec.turn.paste_on == "every" or conv.turns == 0
+            if paste is not None and self.corpus is not None and pastes:
                 lo = max(1, round(paste.tokens[0] * self.paste_scale))
                 hi = max(lo, round(paste.tokens[1] * self.paste_scale))
                 excerpt = self.corpus.excerpt(rng, lo, hi)
@@ -228,8 +246,7 @@ class Engine:
                 conversation_tokens=conv.known_tokens() + added,
                 paste_tokens=excerpt.tokens if excerpt else 0,
             )
-            if rec.warmup:
-                rec.phase = "warmup"
+            rec.phase = self.phase
             body = build_body(sc, self.model, messages)
             self.live.on_send(rec)
             reply = Reply("", "")
@@ -275,15 +292,17 @@ class Engine:
         self.recorder.write_request(rec)
         self.live.on_record(rec, self.now())
         self._requests += 1
+        c = self.counters
+        c.requests += 1
         if rec.outcome == "error" and rec.error_class != "cancelled":
-            self._errors += 1
-        self._tokens += (rec.prompt_tokens or rec.prompt_tokens_est) + rec.completion_tokens
+            c.errors += 1
+        c.tokens += (rec.prompt_tokens or rec.prompt_tokens_est) + rec.completion_tokens
         lim = self.sc.limits
-        if lim.max_total_tokens is not None and self._tokens >= lim.max_total_tokens:
+        if lim.max_total_tokens is not None and c.tokens >= lim.max_total_tokens:
             self.request_stop("limit: max_total_tokens")
         if (
             lim.max_error_rate is not None
-            and self._requests >= lim.min_requests
-            and self._errors / self._requests > lim.max_error_rate
+            and c.requests >= lim.min_requests
+            and c.errors / c.requests > lim.max_error_rate
         ):
             self.request_stop("limit: max_error_rate")

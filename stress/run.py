@@ -30,14 +30,14 @@ from stress.calibrate import server_token_count
 from stress.client import ChatClient, TimeoutPolicy
 from stress.collectors.base import Collector, RunClock
 from stress.corpus import Corpus
-from stress.engine import Engine
+from stress.engine import Engine, RunCounters
 from stress.errors import TargetError
 from stress.events import RunEvent
 from stress.headless import HeadlessPrinter, UiSink
 from stress.live import Live
 from stress.preflight import preflight
 from stress.recorder import Recorder, new_run_dir, write_json
-from stress.scenario import LoadedScenario, time_scaled
+from stress.scenario import LoadedScenario, Scenario, phase_plan, time_scaled
 from stress.secrets import REDACTOR, load_api_key, safe_url
 from stress.summary import build_summary, render_summary
 from stress.tokens import get_tokenizer
@@ -84,7 +84,7 @@ async def open_target(
     sc = loaded.scenario
     t = sc.target
     key_file = loaded.resolve(t.api_key_file) if t.api_key_file else None
-    key = load_api_key(t.api_key_env, key_file)
+    key = load_api_key(t.api_key_env, key_file, required=t.api_key_required)
     headers = dict(t.headers)
     if key:
         headers["Authorization"] = f"Bearer {key}"
@@ -122,6 +122,12 @@ async def list_models(
             url + "/v1/models", headers=headers, timeout=aiohttp.ClientTimeout(total=30)
         ) as resp:
             if resp.status in (401, 403):
+                if "Authorization" not in headers:
+                    raise TargetError(
+                        f"{where} wants an API key (HTTP {resp.status}) and none was sent -- "
+                        "fix: export the variable that target.api_key_env names (e.g. "
+                        "STRESS_API_KEY=...)"
+                    )
                 raise TargetError(
                     f"{where} refused the API key (HTTP {resp.status}) -- fix: set "
                     "target.api_key_env to a variable holding a valid key"
@@ -210,7 +216,9 @@ async def _run(
     ui: Literal["headless", "tui"],
 ) -> RunOutcome:
     original = loaded.scenario
-    sc = time_scaled(original, target.time_scale)  # what the engine runs, in wall seconds
+    # what the engine runs, step by step, in wall seconds
+    plan = [(label, time_scaled(step, target.time_scale)) for label, step in phase_plan(original)]
+    sc = plan[0][1]
     tokenizer = get_tokenizer()
     corpus: Corpus | None = None
     paste_scale, calibration = 1.0, "tokenizer: local " + tokenizer.name
@@ -237,7 +245,7 @@ async def _run(
     if server_kind == "auto" and probe_result.kind in ("vllm", "sglang", "llamacpp"):
         server_kind = probe_result.kind
     run_dir = new_run_dir(out_dir, sc.name)
-    live = Live(sc.users.count)
+    live = Live(max(step.users.count for _, step in plan))
     clock = RunClock.start()
     engine_ref: list[Engine] = []
     printer: UiSink
@@ -312,21 +320,34 @@ async def _run(
         fresh_session=lambda: make_session(sc.users.count + 4, sc.timeouts.connect, True),
         clock_t0=clock.t0_ns / 1e9,
     )
-    engine = Engine(
-        sc,
-        client,
-        recorder,
-        live,
-        corpus,
-        target.model,
-        nonce,
-        clock.t0_ns / 1e9,
-        paste_scale=paste_scale,
-        on_stop=lambda reason: printer.line(
-            f"[{clock.now():6.1f}s] stopping ({reason}): no new turns; finishing requests in flight"
-        ),
-    )
-    engine_ref.append(engine)
+    counters = RunCounters()
+
+    def make_engine(label: str, step: Scenario) -> Engine:
+        def on_stop(reason: str) -> None:
+            what = "stopping" if label == "main" else f"phase {label} ends"
+            printer.line(
+                f"[{clock.now():6.1f}s] {what} ({reason}): no new turns; finishing requests "
+                "in flight"
+            )
+
+        engine = Engine(
+            step,
+            client,
+            recorder,
+            live,
+            corpus,
+            target.model,
+            nonce,
+            clock.t0_ns / 1e9,
+            paste_scale=paste_scale,
+            on_stop=on_stop,
+            phase=label,
+            counters=counters,
+        )
+        engine_ref[:] = [engine]
+        return engine
+
+    engine = make_engine(*plan[0])
     collectors = _collectors(loaded, recorder, clock, session, target, server_kind)
     stop_bg = asyncio.Event()
     background = [asyncio.create_task(_flusher(recorder, stop_bg))]
@@ -344,10 +365,10 @@ async def _run(
         nonlocal interrupts
         interrupts += 1
         if interrupts == 1:
-            engine.request_stop("interrupted")
+            engine_ref[0].request_stop("interrupted")
             printer.line("Ctrl-C: finishing requests in flight; Ctrl-C again cancels them")
         else:
-            engine.cancel_in_flight()
+            engine_ref[0].cancel_in_flight()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -370,8 +391,24 @@ async def _run(
         recorder.event(RunEvent(clock.now(), "preflight", warning, "warning", source="server"))
     exit_reason = "crashed"
     try:
-        result = await engine.run()
-        exit_reason = result.exit_reason
+        for i, (label, step) in enumerate(plan):
+            if i:
+                if interrupts:
+                    break
+                engine = make_engine(label, step)
+                recorder.event(
+                    RunEvent(
+                        clock.now(),
+                        "phase_started",
+                        f"phase {label}: {step.users.count} users",
+                        "info",
+                        data={"phase": label},
+                    )
+                )
+            result = await engine.run()
+            exit_reason = result.exit_reason
+            if exit_reason not in ("duration", "rounds", "done"):
+                break
     except BaseException as e:
         recorder.event(RunEvent(clock.now(), "run_crashed", f"{type(e).__name__}: {e}", "error"))
         raise

@@ -66,6 +66,8 @@ class Target(_Model):
     """Server root (``http://host:port``), or ``sim`` for the built-in simulator."""
     model: str = "auto"
     api_key_env: str | None = None
+    api_key_required: bool = False
+    """Fail before the run when the variable named by api_key_env is unset."""
     api_key_file: str | None = None
     server: Literal["auto", "vllm", "sglang", "llamacpp", "openai"] = "auto"
     tokenizer: Literal["auto", "tiktoken", "server"] = "auto"
@@ -115,6 +117,8 @@ class Paste(_Model):
 
 class Turn(_Model):
     paste: Paste | None = None
+    paste_on: Literal["every", "first"] = "every"
+    """Paste on every turn, or only on a conversation's first turn (then just ask)."""
     ask: list[str] = Field(min_length=1)
 
 
@@ -181,6 +185,31 @@ class Connection(_Model):
     limit: int | None = Field(default=None, ge=1)
 
 
+class Phase(_Model):
+    """One step of a sweep: the scenario with a few things changed, run after the previous
+    step with fresh users and conversations. ``repeat`` runs it several times so the report
+    can show mean and spread across passes (field note 6); each pass's warm-up rounds are
+    recorded but kept out of the figures (field note 7: the first pass at a new batch size
+    compiles kernels)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=48)
+    users: int | None = Field(default=None, ge=1, le=100_000)
+    duration: Duration | None = None
+    rounds: int | None = Field(default=None, ge=1)
+    warmup_rounds: int | None = Field(default=None, ge=0)
+    paste_tokens: tuple[int, int] | None = None
+    ask: list[str] | None = Field(default=None, min_length=1)
+    think_time: ThinkTime | None = None
+    repeat: int = Field(default=1, ge=1, le=100)
+
+    @field_validator("paste_tokens")
+    @classmethod
+    def _range(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
+        if v is not None and (v[0] < 1 or v[1] < v[0]):
+            raise ValueError("paste_tokens is [min, max] with 1 <= min <= max")
+        return v
+
+
 class Scenario(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
     description: str = ""
@@ -196,11 +225,37 @@ class Scenario(_Model):
     telemetry: Telemetry = Telemetry()
     slo: Slo = Slo()
     connection: Connection = Connection()
+    phases: list[Phase] = Field(default_factory=list)
+    """Optional sweep: run these steps one after another instead of one steady run."""
     seed: int = 0
 
     @model_validator(mode="after")
     def _bounded(self) -> Scenario:
-        if self.duration is None and self.rounds is None:
+        if self.phases:
+            for ph in self.phases:
+                if (
+                    ph.duration is None
+                    and ph.rounds is None
+                    and (self.duration is None and self.rounds is None)
+                ):
+                    raise ValueError(
+                        f"phase {ph.name!r} needs `duration` or `rounds` (or set them at the "
+                        "top level for every phase)"
+                    )
+            names = [ph.name for ph in self.phases]
+            if len(set(names)) != len(names):
+                raise ValueError("phase names must be unique")
+            paste = self.conversation.turn.paste
+            for ph in self.phases:
+                if ph.paste_tokens and not paste:
+                    raise ValueError(
+                        f"phase {ph.name!r} sets paste_tokens but the turn has no paste"
+                    )
+                if ph.paste_tokens and ph.paste_tokens[1] >= self.conversation.ceiling_tokens:
+                    raise ValueError(
+                        f"phase {ph.name!r}: paste_tokens max must be below ceiling_tokens"
+                    )
+        elif self.duration is None and self.rounds is None:
             raise ValueError("a run needs `duration` (e.g. 60m) or `rounds` (per user), or both")
         if self.duration is not None and self.duration <= 0:
             raise ValueError("duration must be positive")
@@ -516,3 +571,37 @@ def time_scaled(scenario: Scenario, scale: float) -> Scenario:
         data["timeouts"][key] /= scale
     data["telemetry"]["hang_after"] /= scale
     return Scenario.model_validate(data)
+
+
+def phase_plan(scenario: Scenario) -> list[tuple[str, Scenario]]:
+    """The runs to make, in order, each as a plain scenario (no phases) with its label.
+
+    Without phases: one step, ``main``. A phase inherits everything it does not set; a
+    phase with ``duration`` and no ``rounds`` (or the other way round) does not inherit
+    the other bound. ``repeat: N`` gives steps ``name#1`` .. ``name#N``.
+    """
+    if not scenario.phases:
+        return [("main", scenario)]
+    plan: list[tuple[str, Scenario]] = []
+    base = scenario.model_dump()
+    base["phases"] = []
+    for ph in scenario.phases:
+        data = {**base, "users": dict(base["users"]), "warmup": dict(base["warmup"])}
+        data["conversation"] = {**base["conversation"], "turn": dict(base["conversation"]["turn"])}
+        if ph.users is not None:
+            data["users"]["count"] = ph.users
+        if ph.duration is not None or ph.rounds is not None:
+            data["duration"], data["rounds"] = ph.duration, ph.rounds
+        if ph.warmup_rounds is not None:
+            data["warmup"]["rounds"] = ph.warmup_rounds
+        if ph.think_time is not None:
+            data["users"]["think_time"] = ph.think_time.model_dump()
+        turn = data["conversation"]["turn"]
+        if ph.paste_tokens is not None:
+            turn["paste"] = {**turn["paste"], "tokens": ph.paste_tokens}
+        if ph.ask is not None:
+            turn["ask"] = ph.ask
+        step = Scenario.model_validate(data)
+        for i in range(1, ph.repeat + 1):
+            plan.append((ph.name if ph.repeat == 1 else f"{ph.name}#{i}", step))
+    return plan

@@ -47,12 +47,21 @@ class Redactor:
 REDACTOR = Redactor()
 
 
-def load_api_key(env_name: str | None, key_file: Path | None) -> str | None:
-    """The key, or None when none was configured. Raises ``SecretError`` (no key in text)."""
+def load_api_key(
+    env_name: str | None, key_file: Path | None, *, required: bool = True
+) -> str | None:
+    """The key, or None when none was configured. Raises ``SecretError`` (no key in text).
+
+    With ``required=False`` an unset variable means "send no key" (the shipped scenarios
+    name STRESS_API_KEY for servers that need one; most local servers do not); a server
+    that then refuses the request says so in one line.
+    """
     key: str | None = None
     if env_name:
         key = os.environ.get(env_name)
         if not key:
+            if not required:
+                return None
             raise SecretError(
                 f"target.api_key_env names {env_name}, but that environment variable is "
                 f"empty or unset -- fix: export {env_name}=... before running"

@@ -180,6 +180,22 @@ def warnings_for(records: list[dict[str, Any]], manifest: dict[str, Any]) -> lis
     return warns
 
 
+def _phases(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per phase of a sweep (in run order): figures over its non-warm-up requests, with the
+    warm-up requests counted but excluded, and the users that took part."""
+    labels = list(dict.fromkeys(str(r.get("phase") or "main") for r in records))
+    if labels == ["main"]:
+        return {}
+    out: dict[str, Any] = {}
+    for label in labels:
+        rows = [r for r in records if str(r.get("phase") or "main") == label]
+        group = _group([r for r in rows if not r.get("warmup")])
+        group["warmup_requests"] = sum(1 for r in rows if r.get("warmup"))
+        group["users"] = len({r.get("user") for r in rows})
+        out[label] = group
+    return out
+
+
 def _server_section(manifest: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
     """The server's own figures (from the metrics collector) plus the hit rate by round
     from the per-request cached tokens."""
@@ -247,6 +263,7 @@ def build_summary(run_dir: Path) -> dict[str, Any]:
         "warmup_requests": len(records) - len(main),
         "overall": overall,
         "per_user": {str(u): _group([r for r in main if r.get("user") == u]) for u in users},
+        "phases": _phases(records),
         "events": dict(Counter(e.get("kind", "?") for e in events)),
         "server": _server_section(manifest, main),
         "gpu": manifest.get("collectors", {}).get("gpu"),
@@ -301,6 +318,18 @@ def render_summary(summary: dict[str, Any]) -> str:
         f"{'-' if ret is None else f'{100 * ret:.0f}%'}   max conversation "
         f"{o['max_conversation_tokens']:,} tokens   cache mode {summary.get('cache_mode')}"
     )
+    if summary.get("phases"):
+        lines.append("")
+        lines.append(
+            f"{'phase':<16}{'users':>6}{'n':>6}{'TTFT p50':>10}{'TTFT p95':>10}"
+            f"{'decode p50':>12}{'e2e p50':>10}{'errors':>8}"
+        )
+        for label, g in summary["phases"].items():
+            lines.append(
+                f"{label:<16}{g['users']:>6}{g['requests']:>6}{_fmt(g['ttft_s']['p50']):>10}"
+                f"{_fmt(g['ttft_s']['p95']):>10}{_fmt(g['decode_tok_s']['p50']):>12}"
+                f"{_fmt(g['e2e_s']['p50']):>10}{g['outcomes']['error']:>8}"
+            )
     for w in summary["warnings"]:
         lines.append(f"WARNING: {w['message']}")
     return "\n".join(lines)

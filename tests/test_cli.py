@@ -294,7 +294,7 @@ async def test_api_key_from_environment_never_reaches_files_or_output(tmp_path: 
 
 
 def test_missing_key_variable_is_one_line(tmp_path: Path) -> None:
-    path = scenario(tmp_path, extra=", api_key_env: NOT_SET_ANYWHERE_X")
+    path = scenario(tmp_path, extra=", api_key_env: NOT_SET_ANYWHERE_X, api_key_required: true")
     proc = subprocess.run(
         cli("run", str(path), "--out", str(tmp_path / "out")),
         capture_output=True,

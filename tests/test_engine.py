@@ -26,6 +26,7 @@ def make(
     ceiling: int = 20000,
     tokens: str = "[300, 500]",
     extra: str = "",
+    paste_on: str = "every",
 ) -> Any:
     p = tmp_path / "s.yaml"
     p.write_text(f"""\
@@ -38,6 +39,7 @@ conversation:
   ceiling_tokens: {ceiling}
   turn:
     paste: {{corpus: {ROOT / "corpora" / "en"}, tokens: {tokens}}}
+    paste_on: {paste_on}
     ask: ["Q1?", "Q2?"]
 warmup: {{rounds: 1}}
 {extra}
@@ -147,3 +149,35 @@ async def test_reruns_do_not_share_prefixes(tmp_path: Path, mode: str) -> None:
         await execute(make(tmp_path, server.url, users=1, rounds=1, cache=mode), tmp_path / "b")
     first, second = (first_content(b)[:40] for b in server.requests)
     assert first != second
+
+
+async def test_phases_run_in_order_with_their_own_users_and_warmup(tmp_path: Path) -> None:
+    extra = """phases:
+  - {name: one, users: 1, rounds: 2}
+  - {name: two, users: 2, rounds: 2, warmup_rounds: 0, repeat: 2}
+"""
+    async with serve(FakeServer(script=reply_script)) as server:
+        outcome = await execute(make(tmp_path, server.url, extra=extra), tmp_path / "out")
+    recs = lines(outcome.run_dir)
+    assert [r["phase"] for r in recs].count("one") == 2
+    assert {r["phase"] for r in recs} == {"one", "two#1", "two#2"}
+    assert sum(r["warmup"] for r in recs if r["phase"] == "one") == 1  # inherits warmup: 1
+    assert not any(r["warmup"] for r in recs if r["phase"].startswith("two"))
+    assert len({r["user"] for r in recs if r["phase"] == "two#2"}) == 2
+    # phases never share a prefix: every (phase, user) opens with its own marker
+    openings = {first_content(b)[:12] for b in server.requests}
+    assert len(openings) == 1 + 2 + 2
+    summary = orjson.loads((outcome.run_dir / "summary.json").read_bytes())
+    assert list(summary["phases"]) == ["one", "two#1", "two#2"]
+    assert summary["phases"]["one"]["requests"] == 1
+    assert summary["phases"]["one"]["warmup_requests"] == 1
+    assert summary["phases"]["two#1"]["users"] == 2
+
+
+async def test_paste_on_first_turn_only(tmp_path: Path) -> None:
+    async with serve(FakeServer(script=reply_script)) as server:
+        sc = make(tmp_path, server.url, users=1, rounds=3, paste_on="first")
+        outcome = await execute(sc, tmp_path / "out")
+    recs = lines(outcome.run_dir)
+    assert [r["paste_tokens"] > 0 for r in recs] == [True, False, False]
+    assert [len(b["messages"][-1]["content"]) < 10 for b in server.requests] == [False, True, True]

@@ -138,3 +138,28 @@ def test_simulator_settings_are_checked_with_lines(tmp_path: Path) -> None:
     )
     [line] = problems(tmp_path, text)
     assert ":4: target.sim.kv_tokns: unknown key" in line and "kv_tokens" in line
+
+
+def test_phases_are_validated(tmp_path: Path) -> None:
+    base = GOOD.format(corpus="docs")
+    dup = base + "phases: [{name: a, users: 1}, {name: a, users: 2}]\n"
+    assert any("phase names must be unique" in x for x in problems(tmp_path, dup))
+    unbounded = base.replace("duration: 5s\n", "") + "phases: [{name: a, users: 1}]\n"
+    assert any("phase 'a' needs `duration` or `rounds`" in x for x in problems(tmp_path, unbounded))
+    typo = base + "phases: [{name: a, userz: 1}]\n"
+    [line] = problems(tmp_path, typo)
+    assert "phases.0.userz: unknown key" in line and "did you mean `users`" in line
+
+
+def test_phase_plan_inherits_and_repeats(tmp_path: Path) -> None:
+    from stress.scenario import phase_plan
+
+    text = GOOD.format(corpus="docs") + (
+        "phases: [{name: a, users: 3}, {name: b, rounds: 2, paste_tokens: [50, 60], repeat: 2}]\n"
+    )
+    plan = phase_plan(load_scenario(write(tmp_path, text)).scenario)
+    assert [label for label, _ in plan] == ["a", "b#1", "b#2"]
+    a, b = plan[0][1], plan[1][1]
+    assert a.users.count == 3 and a.duration == 5.0 and not a.phases
+    assert b.users.count == 2 and b.rounds == 2 and b.duration is None
+    assert b.conversation.turn.paste is not None and b.conversation.turn.paste.tokens == (50, 60)

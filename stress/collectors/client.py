@@ -1,0 +1,239 @@
+"""The client's own health: is ``stress`` measuring the server, or itself?
+
+A load generator whose event loop lags reports the lag as server latency. This collector
+watches the process that runs the users, beside them on the same loop:
+
+- event-loop lag: a probe sleeps to fixed deadlines (every ``probe_s``) and records how
+  late it woke; a loop busy with other work wakes it late by exactly the delay every
+  request's timing suffers;
+- process CPU (100 % = one core; the loop can use at most one), RSS, open descriptors.
+
+Every ``interval_s`` it writes one ``client`` record (lag p50 / max over the window's
+probes, CPU, RSS), keeps the latest for the live view, and raises a ``client_overloaded``
+warning, at most once per ``warn_every_s``, when the lag stays above ``lag_warn_ms`` or
+CPU near a full core for ``warn_after`` consecutive samples. Per-request queueing (the
+scheduled-to-sent delay) is in each request record as ``queue_s``, not here.
+
+Run figures are bounded in a soak: a fixed log-bucket histogram of probe lags, running
+CPU and RSS figures; nothing grows with the run's length. It never raises out of ``run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+import psutil  # type: ignore[import-untyped]  # ships no stubs
+
+from stress.collectors.base import Collector, RunClock, Sink
+from stress.events import RunEvent
+
+# probe-lag histogram: 0.01 ms .. ~100 s, 20 buckets per decade (bucket width ~12 %)
+_EDGES_MS = np.logspace(-2, 5, 141)
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+class ClientHealthCollector(Collector):
+    name = "client"
+
+    def __init__(
+        self,
+        sink: Sink,
+        clock: RunClock,
+        interval_s: float,
+        *,
+        probe_s: float = 0.1,
+        lag_warn_ms: float = 20.0,
+        cpu_warn_pct: float = 90.0,
+        warn_after: int = 3,
+        warn_every_s: float = 60.0,
+    ) -> None:
+        super().__init__(sink, clock, interval_s)
+        self.probe_s = min(probe_s, interval_s)
+        self.lag_warn_ms = lag_warn_ms
+        self.cpu_warn_pct = cpu_warn_pct
+        self.warn_after = warn_after
+        self.warn_every_s = warn_every_s
+        self._proc = psutil.Process()
+        self._window: list[float] = []
+        self._hist = np.zeros(_EDGES_MS.size + 1, dtype=np.int64)
+        self._probes = 0
+        self._lag_max_ms = 0.0
+        self._lag_sum_ms = 0.0
+        self._samples = 0
+        self._cpu_sum = 0.0
+        self._cpu_max = 0.0
+        self._rss_first: float | None = None
+        self._rss_last = 0.0
+        self._rss_max = 0.0
+        self._high_run = 0
+        self._overloaded_samples = 0
+        self._warnings = 0
+        self._last_warn_t: float | None = None
+        self._live: dict[str, Any] = {}
+
+    # --- measuring -----------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            perf = time.perf_counter
+            start = perf()
+            cpu_prev, t_prev = _cpu_seconds(), start
+            due = start + self.probe_s
+            next_sample = start + self.interval_s
+            while not stop.is_set():
+                await asyncio.sleep(max(due - perf(), 0.0))
+                now = perf()
+                self._window.append(max(now - due, 0.0) * 1000)
+                due += self.probe_s
+                if due <= now:  # a stall longer than a probe period: skip, don't burst
+                    due += math.ceil((now - due) / self.probe_s) * self.probe_s
+                if now >= next_sample:
+                    next_sample += self.interval_s * max(
+                        1, math.ceil((now - next_sample) / self.interval_s)
+                    )
+                    cpu = _cpu_seconds()
+                    cpu_pct = 100 * (cpu - cpu_prev) / (now - t_prev) if now > t_prev else 0.0
+                    cpu_prev, t_prev = cpu, now
+                    self._sample(cpu_pct)
+            now = perf()
+            if self._window or now > t_prev:
+                self._sample(100 * (_cpu_seconds() - cpu_prev) / max(now - t_prev, 1e-9))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug here must not end the run
+            self.sink.event(
+                RunEvent(
+                    self.clock.now(),
+                    "collector_error",
+                    f"client health stopped: {type(exc).__name__}: {exc}",
+                    "error",
+                    source="client",
+                )
+            )
+
+    def _sample(self, cpu_pct: float) -> None:
+        mem = self._proc.memory_info()
+        try:
+            fds: int | None = self._proc.num_fds()
+        except (psutil.Error, AttributeError):
+            fds = None
+        lags, self._window = self._window, []
+        self.ingest(self.clock.now(), lags, cpu_pct, mem.rss / (1 << 20), fds)
+
+    # --- bookkeeping (pure: tests feed it directly) --------------------------------------
+
+    def ingest(
+        self,
+        t: float,
+        lags_ms: list[float],
+        cpu_pct: float,
+        rss_mib: float,
+        open_fds: int | None = None,
+    ) -> dict[str, Any]:
+        """Fold one window's probe lags and the process figures in; write the record."""
+        if lags_ms:
+            arr = np.asarray(lags_ms)
+            self._hist += np.bincount(
+                np.searchsorted(_EDGES_MS, arr, side="right"), minlength=self._hist.size
+            )
+            lag_p50, lag_max = float(np.median(arr)), float(arr.max())
+            self._probes += arr.size
+            self._lag_sum_ms += float(arr.sum())
+            self._lag_max_ms = max(self._lag_max_ms, lag_max)
+        else:
+            lag_p50 = lag_max = 0.0
+        self._samples += 1
+        self._cpu_sum += cpu_pct
+        self._cpu_max = max(self._cpu_max, cpu_pct)
+        if self._rss_first is None:
+            self._rss_first = rss_mib
+        self._rss_last = rss_mib
+        self._rss_max = max(self._rss_max, rss_mib)
+        record: dict[str, Any] = {
+            "t": round(t, 3),
+            "loop_lag_ms_p50": round(lag_p50, 3),
+            "loop_lag_ms_max": round(lag_max, 3),
+            "probes": len(lags_ms),
+            "cpu_pct": round(cpu_pct, 1),
+            "rss_mib": round(rss_mib, 1),
+            "open_fds": open_fds,
+        }
+        self.sink.write("client", record)
+        self._live = {
+            "loop_lag_ms_p50": record["loop_lag_ms_p50"],
+            "loop_lag_ms_max": record["loop_lag_ms_max"],
+            "cpu_pct": record["cpu_pct"],
+            "rss_mib": record["rss_mib"],
+        }
+        self._assess(t, lag_max, cpu_pct)
+        return record
+
+    def _assess(self, t: float, lag_max: float, cpu_pct: float) -> None:
+        high = lag_max > self.lag_warn_ms or cpu_pct >= self.cpu_warn_pct
+        self._high_run = self._high_run + 1 if high else 0
+        if not high:
+            return
+        self._overloaded_samples += 1
+        if self._high_run < self.warn_after:
+            return
+        if self._last_warn_t is not None and t - self._last_warn_t < self.warn_every_s:
+            return
+        self._last_warn_t = t
+        self._warnings += 1
+        self.sink.event(
+            RunEvent(
+                t,
+                "client_overloaded",
+                f"the client itself is overloaded (event-loop lag up to {lag_max:.0f} ms, "
+                f"CPU {cpu_pct:.0f} % of a core for {self._high_run} samples): TTFT and "
+                "latencies may include the client's own delay, results may be distorted "
+                "-- fix: fewer users per stress process, or a less busy machine",
+                "warning",
+                source="client",
+                data={"loop_lag_ms_max": round(lag_max, 1), "cpu_pct": round(cpu_pct, 1)},
+            )
+        )
+
+    # --- views -------------------------------------------------------------------------
+
+    def live(self) -> dict[str, Any]:
+        return dict(self._live)
+
+    def _lag_percentile(self, q: float) -> float | None:
+        if not self._probes:
+            return None
+        rank = q * self._probes
+        i = int(np.searchsorted(np.cumsum(self._hist), rank, side="left"))
+        if i == 0:
+            return float(_EDGES_MS[0])
+        return float(_EDGES_MS[min(i, _EDGES_MS.size - 1)])  # the bucket's upper edge
+
+    def summary(self) -> dict[str, Any]:
+        n = self._samples
+        p50, p99 = self._lag_percentile(0.5), self._lag_percentile(0.99)
+        return {
+            "samples": n,
+            "probes": self._probes,
+            "probe_s": self.probe_s,
+            "loop_lag_ms_mean": round(self._lag_sum_ms / self._probes, 3) if self._probes else None,
+            "loop_lag_ms_p50": None if p50 is None else round(p50, 3),
+            "loop_lag_ms_p99": None if p99 is None else round(p99, 3),
+            "loop_lag_ms_max": round(self._lag_max_ms, 3),
+            "cpu_pct_mean": round(self._cpu_sum / n, 1) if n else None,
+            "cpu_pct_max": round(self._cpu_max, 1),
+            "rss_mib_start": None if self._rss_first is None else round(self._rss_first, 1),
+            "rss_mib_end": round(self._rss_last, 1),
+            "rss_mib_max": round(self._rss_max, 1),
+            "overloaded_samples": self._overloaded_samples,
+            "warnings": self._warnings,
+            "distorted": self._warnings > 0,
+        }
