@@ -87,12 +87,24 @@ class FakeServer:
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers_seen: list[dict[str, str]] = field(default_factory=list)
     url: str = ""
+    tokenize_ratio: float | None = None
+    """When set, POST /tokenize answers like vLLM with this many tokens per word."""
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
+        if self.tokenize_ratio is not None:
+            app.router.add_post("/tokenize", self._tokenize)
         return app
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        from stress.tokens import count_tokens
+
+        body = orjson.loads(await request.read())
+        assert self.tokenize_ratio is not None
+        count = round(count_tokens(body["prompt"]) * self.tokenize_ratio)
+        return web.json_response({"count": count, "max_model_len": 32768, "tokens": []})
 
     async def _models(self, request: web.Request) -> web.Response:
         data = [{"id": m, "object": "model", "owned_by": "fake"} for m in self.models]

@@ -181,3 +181,14 @@ async def test_paste_on_first_turn_only(tmp_path: Path) -> None:
     recs = lines(outcome.run_dir)
     assert [r["paste_tokens"] > 0 for r in recs] == [True, False, False]
     assert [len(b["messages"][-1]["content"]) < 10 for b in server.requests] == [False, True, True]
+
+
+async def test_paste_budgets_use_the_servers_token_count(tmp_path: Path) -> None:
+    """A server whose tokenizer counts twice as many tokens: budgets are in its tokens."""
+    async with serve(FakeServer(script=reply_script, tokenize_ratio=2.0)) as server:
+        outcome = await execute(make(tmp_path, server.url, tokens="[400, 600]"), tmp_path / "o")
+    manifest = orjson.loads((outcome.run_dir / "manifest.json").read_bytes())
+    assert manifest["paste_scale"] == pytest.approx(0.5, rel=0.02)
+    assert "server /tokenize" in manifest["token_budget"]
+    pastes = [r["paste_tokens"] for r in lines(outcome.run_dir)]  # local (tiktoken) counts
+    assert all(190 <= p <= 300 for p in pastes), pastes
