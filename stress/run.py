@@ -165,12 +165,13 @@ def _collectors(
     target: Target,
     server_kind: str,
 ) -> list[Collector]:
-    """The collectors this scenario asks for: server metrics and GPUs."""
+    """The collectors this scenario asks for: the client's own health, server metrics, GPUs."""
+    from stress.collectors.client import ClientHealthCollector
     from stress.collectors.gpu import GpuCollector
     from stress.collectors.server import ServerCollector
 
-    out: list[Collector] = []
     tele = loaded.scenario.telemetry
+    out: list[Collector] = [ClientHealthCollector(recorder, clock, tele.interval)]
     if tele.server_metrics:
         out.append(
             ServerCollector(

@@ -177,6 +177,15 @@ def warnings_for(records: list[dict[str, Any]], manifest: dict[str, Any]) -> lis
     est = manifest.get("tokenizer", "")
     if isinstance(est, str) and est.startswith("estimate"):
         warn("token_estimate", "Token budgets are estimates (no tokenizer available).")
+    client = (manifest.get("collectors") or {}).get("client") or {}
+    if client.get("distorted"):
+        warn(
+            "client_overloaded",
+            f"The load generator itself was overloaded ({client.get('overloaded_samples')} "
+            f"samples; event-loop lag up to {client.get('loop_lag_ms_max')} ms, CPU up to "
+            f"{client.get('cpu_pct_max')} % of a core): latencies may include stress's own "
+            "delay. Run fewer users per stress process or on a less busy machine.",
+        )
     return warns
 
 

@@ -213,9 +213,8 @@ class ClientHealthCollector(Collector):
             return None
         rank = q * self._probes
         i = int(np.searchsorted(np.cumsum(self._hist), rank, side="left"))
-        if i == 0:
-            return float(_EDGES_MS[0])
-        return float(_EDGES_MS[min(i, _EDGES_MS.size - 1)])  # the bucket's upper edge
+        edge = float(_EDGES_MS[min(i, _EDGES_MS.size - 1)])  # the bucket's upper edge
+        return min(edge, self._lag_max_ms)
 
     def summary(self) -> dict[str, Any]:
         n = self._samples

@@ -1,0 +1,156 @@
+"""A minimal paced SSE server that logs when it really wrote each reply's first chunk.
+
+Why: the throughput benchmark's nginx sends a whole reply in a few network reads, but a
+real inference server writes about one chunk per read, spaced by the decode step; and the
+TTFT accuracy benchmark needs a server that knows when it sent the first token. This one
+is a bare ``asyncio.Protocol`` on uvloop (no framework: its own overhead must stay small
+and measurable) speaking just enough HTTP/1.1: keep-alive, ``Content-Length`` request
+bodies, chunked responses.
+
+Each request's JSON body may carry ``"bench": {"id": str, "first_ms": float, "chunks": int,
+"gap_ms": float}``: headers go out at once, the first chunk ``first_ms`` after the request
+arrived, then one chunk every ``gap_ms``, then a usage chunk and ``[DONE]``. Chunk
+instants are absolute deadlines (``loop.call_at``), so one late write does not shift the
+rest. For each request it logs, in ``time.perf_counter`` seconds (CLOCK_MONOTONIC on
+Linux, the same clock as the client process's): arrival, the intended first-chunk instant
+and the instant right after the first chunk was handed to the kernel. On SIGTERM it writes
+that log as JSON Lines to ``--log`` and exits.
+
+    taskset -c 1 .venv/bin/python benchmarks/paced_server.py --port 8321 --log /tmp/log.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import WORDS, vllm_chunk
+
+
+def framed(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+CHUNKS = [framed(vllm_chunk({"content": w})) for w in WORDS]
+LAST = framed(vllm_chunk({"content": "."}, finish="length"))
+DONE = framed(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+LOG: list[tuple[str, float, float, float]] = []
+
+
+def usage(n: int) -> bytes:
+    obj = {
+        "object": "chat.completion.chunk",
+        "choices": [],
+        "usage": {"prompt_tokens": 100, "completion_tokens": n, "total_tokens": 100 + n},
+    }
+    return framed(b"data: " + orjson.dumps(obj) + b"\n\n")
+
+
+class Paced(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.buf = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        t_recv = time.perf_counter()
+        self.buf += data
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buf[:end].decode("latin-1").lower()
+            length = 0
+            for line in head.split("\r\n")[1:]:
+                name, _, value = line.partition(":")
+                if name == "content-length":
+                    length = int(value)
+            if len(self.buf) < end + 4 + length:
+                return
+            body = self.buf[end + 4 : end + 4 + length]
+            self.buf = self.buf[end + 4 + length :]
+            self.start(body, t_recv)
+
+    def start(self, body: bytes, t_recv: float) -> None:
+        spec: dict[str, Any] = {}
+        if body:
+            spec = orjson.loads(body).get("bench") or {}
+        first = t_recv + float(spec.get("first_ms", 10.0)) / 1000
+        gap = float(spec.get("gap_ms", 10.0)) / 1000
+        n = int(spec.get("chunks", 100))
+        rid = str(spec.get("id", ""))
+        assert self.transport is not None
+        self.transport.write(HEAD)
+        # deadlines are kept in perf_counter seconds; the loop's clock has its own origin
+        offset = self.loop.time() - time.perf_counter()
+        state = {"i": 0}
+
+        def send() -> None:
+            tr = self.transport
+            if tr is None:
+                return
+            i = state["i"]
+            if i == 0:
+                tr.write(CHUNKS[0])
+                LOG.append((rid, t_recv, first, time.perf_counter()))
+            elif i < n - 1:
+                tr.write(CHUNKS[i % len(CHUNKS)])
+            else:
+                tr.write(LAST + usage(n) + DONE)
+                return
+            state["i"] = i + 1
+            self.loop.call_at(first + (i + 1) * gap + offset, send)
+
+        self.loop.call_at(first + offset, send)
+
+
+async def serve(port: int, log: Path) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Paced, "127.0.0.1", port, backlog=4096)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    print(f"paced server on 127.0.0.1:{port}", flush=True)
+    await stop.wait()
+    server.close()
+    with log.open("wb") as f:
+        for rid, t_recv, intended, written in LOG:
+            f.write(
+                orjson.dumps(
+                    {"id": rid, "t_recv": t_recv, "t_intended": intended, "t_written": written}
+                )
+                + b"\n"
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--log", type=Path, required=True)
+    args = ap.parse_args()
+    import uvloop
+
+    uvloop.run(serve(args.port, args.log))
+
+
+if __name__ == "__main__":
+    main()
