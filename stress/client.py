@@ -227,77 +227,79 @@ class ChatClient:
         usage: dict[str, Any] | None = None
         read = resp.content.readany
         malformed = 0
-        while True:
-            chunk = await read()
-            now = perf()
-            wd.last = self.last_byte = now
-            events = parser.feed(chunk) if chunk else parser.close()
-            for data in events:
-                if data == b"[DONE]":
-                    rec.saw_done = True
-                    continue
-                try:
-                    obj = orjson.loads(data)
-                except orjson.JSONDecodeError:
-                    malformed += 1
-                    continue
-                if not isinstance(obj, dict):
-                    malformed += 1
-                    continue
-                if t_first is not None:
-                    gap = now - t_prev
-                    if gap > max_gap:
-                        max_gap = gap
-                t_prev = now
-                err = obj.get("error")
-                if err:
-                    self._stream_error(rec, err)
-                    continue
-                u = obj.get("usage")
-                if u:
-                    usage = u
-                timings = obj.get("timings")
-                if timings:
-                    rec.server_timings = timings
-                choices = obj.get("choices")
-                if not choices:
-                    rec.chunks_empty += 1
-                    continue
-                choice = choices[0]
-                delta = choice.get("delta") or {}
-                text = delta.get("content")
-                rtext = None
-                for name in _REASONING_FIELDS:
-                    rtext = delta.get(name)
-                    if rtext:
-                        rec.reasoning_field = name
-                        break
-                if text or rtext:
-                    if t_first is None:
-                        t_first = now
-                        wd.first = True
-                        rec.ttft_s = now - t_send
-                        t_prev = now
-                    t_last_tok = now
-                    if text:
-                        if rec.ttfc_s is None:
-                            rec.ttfc_s = now - t_send
-                        rec.chunks_content += 1
-                        content_parts.append(text)
-                    if rtext:
-                        rec.chunks_reasoning += 1
-                        reasoning_parts.append(rtext)
-                else:
-                    rec.chunks_empty += 1
-                fr = choice.get("finish_reason")
-                if fr:
-                    rec.finish_reason = fr
-            if not chunk:
-                break
-        reply.content = "".join(content_parts)
-        reply.reasoning = "".join(reasoning_parts)
-        if t_first is not None and t_first > 0:
-            rec.max_gap_s = max_gap
+        try:
+            while True:
+                chunk = await read()
+                now = perf()
+                wd.last = self.last_byte = now
+                events = parser.feed(chunk) if chunk else parser.close()
+                for data in events:
+                    if data == b"[DONE]":
+                        rec.saw_done = True
+                        continue
+                    try:
+                        obj = orjson.loads(data)
+                    except orjson.JSONDecodeError:
+                        malformed += 1
+                        continue
+                    if not isinstance(obj, dict):
+                        malformed += 1
+                        continue
+                    if t_first is not None:
+                        gap = now - t_prev
+                        if gap > max_gap:
+                            max_gap = gap
+                    t_prev = now
+                    err = obj.get("error")
+                    if err:
+                        self._stream_error(rec, err)
+                        continue
+                    u = obj.get("usage")
+                    if u:
+                        usage = u
+                    timings = obj.get("timings")
+                    if timings:
+                        rec.server_timings = timings
+                    choices = obj.get("choices")
+                    if not choices:
+                        rec.chunks_empty += 1
+                        continue
+                    choice = choices[0]
+                    delta = choice.get("delta") or {}
+                    text = delta.get("content")
+                    rtext = None
+                    for name in _REASONING_FIELDS:
+                        rtext = delta.get(name)
+                        if rtext:
+                            rec.reasoning_field = name
+                            break
+                    if text or rtext:
+                        if t_first is None:
+                            t_first = now
+                            wd.first = True
+                            rec.ttft_s = now - t_send
+                            t_prev = now
+                        t_last_tok = now
+                        if text:
+                            if rec.ttfc_s is None:
+                                rec.ttfc_s = now - t_send
+                            rec.chunks_content += 1
+                            content_parts.append(text)
+                        if rtext:
+                            rec.chunks_reasoning += 1
+                            reasoning_parts.append(rtext)
+                    else:
+                        rec.chunks_empty += 1
+                    fr = choice.get("finish_reason")
+                    if fr:
+                        rec.finish_reason = fr
+                if not chunk:
+                    break
+        finally:  # a stream that broke off keeps what it carried
+            reply.content = "".join(content_parts)
+            reply.reasoning = "".join(reasoning_parts)
+            if t_first is not None:
+                rec.max_gap_s = max_gap
         self._apply_usage(rec, usage, reply)
         if t_first is not None and rec.completion_tokens >= 2 and t_last_tok > t_first:
             rec.decode_tok_s = (rec.completion_tokens - 1) / (t_last_tok - t_first)
@@ -388,6 +390,10 @@ class ChatClient:
         rec.e2e_s = time.perf_counter() - t_send
         rec.content_chars = len(reply.content)
         rec.reasoning_chars = len(reply.reasoning)
+        if rec.tokens_source == "chunks" and not rec.completion_tokens:
+            # a stream that failed part-way: count what arrived
+            rec.completion_tokens = rec.chunks_content + rec.chunks_reasoning
+            rec.reasoning_tokens = rec.chunks_reasoning
         classify(rec)
 
 

@@ -153,8 +153,9 @@ async def test_stall_after_first_token() -> None:
         await asyncio.sleep(3)
         return resp
 
-    rec, _ = await one(FakeServer(script=script), TimeoutPolicy(2, 2, 0.3, 5))
+    rec, text = await one(FakeServer(script=script), TimeoutPolicy(2, 2, 0.3, 5))
     assert rec.error_class == "stall"
+    assert text == "a" and rec.content_chars == 1 and rec.completion_tokens == 1
     assert rec.e2e_s is not None and rec.e2e_s < 2.5  # the server would have waited 3 s
     assert rec.chunks_content == 1
 
