@@ -57,5 +57,8 @@ async def preflight(
     result = await with_gpu_info(await probe(session, url, headers))
     warnings = check_scenario(result, ceiling_tokens, max_tokens) if result.reachable else []
     for held in (result.gpu or {}).get("held_memory", []):
-        warnings.append(f"GPU memory held before the run: {held}")
+        warnings.append(
+            f"GPU memory held before the run: {held} (the server under test, if it runs on "
+            "this machine; otherwise a restarted engine that has not released it yet)"
+        )
     return result, warnings

