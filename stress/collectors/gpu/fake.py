@@ -55,6 +55,7 @@ class FakeNvml:
     """Just enough of pynvml's surface, with per-(card, function) call counts."""
 
     NVML_TEMPERATURE_GPU = 0
+    nvmlMemory_v2 = 0x02000028
     NVML_CLOCK_SM = 1
     NVML_CLOCK_MEM = 2
 
@@ -139,8 +140,10 @@ class FakeNvml:
     def nvmlDeviceGetUtilizationRates(self, c: FakeCard) -> Any:
         return SimpleNamespace(gpu=c.util, memory=c.util // 2)
 
-    def nvmlDeviceGetMemoryInfo(self, c: FakeCard) -> Any:
-        return SimpleNamespace(used=c.mem_used, total=143_771 * 1024 * 1024, free=0)
+    def nvmlDeviceGetMemoryInfo(self, c: FakeCard, version: int | None = None) -> Any:
+        # like the real driver: v1 `used` includes ~615 MiB the driver reserves
+        reserved = 0 if version else 615 * 1024 * 1024
+        return SimpleNamespace(used=c.mem_used + reserved, total=143_771 * 1024 * 1024, free=0)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, c: FakeCard) -> int:
         self._enter("nvmlDeviceGetCurrentClocksEventReasons", c)

@@ -254,7 +254,14 @@ class NvmlBackend:
         util = c(k, "nvmlDeviceGetUtilizationRates", h)
         if util is not None:
             s.util_gpu, s.util_mem = float(util.gpu), float(util.memory)
-        mem = c(k, "nvmlDeviceGetMemoryInfo", h)
+        # v2 reports `used` without the driver's reserved memory, as nvidia-smi does (v1
+        # counted ~615 MiB "used" on an idle H200 where nvidia-smi said 0); v1 as fallback
+        v2 = getattr(nv, "nvmlMemory_v2", None)
+        mem = None
+        if v2 is not None:
+            mem = c(k, "nvmlDeviceGetMemoryInfo", h, v2, label="nvmlDeviceGetMemoryInfo_v2")
+        if mem is None:
+            mem = c(k, "nvmlDeviceGetMemoryInfo", h)
         if mem is not None:
             s.mem_used_mib, s.mem_total_mib = mem.used / MIB, mem.total / MIB
         s.throttle_mask = self._throttle(card)
