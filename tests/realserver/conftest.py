@@ -51,6 +51,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     CI runs them explicitly: `pytest -m realserver` (see docs/real-servers.md). Anyone
     else's plain `pytest` stays fast and never starts a build in the shared cache.
     """
+    for item in items:  # the first run builds servers inside fixtures: far past 120 s
+        if item.get_closest_marker("realserver") is not None:
+            item.add_marker(pytest.mark.timeout(BUILD_TIMEOUT_S + 1200))
     if _explicitly_asked(config):
         return
     keep = [i for i in items if i.get_closest_marker("realserver") is None]
