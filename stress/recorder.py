@@ -50,6 +50,25 @@ def write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def read_manifest(run_dir: Path) -> dict[str, Any]:
+    """A run directory's manifest; ``RunDirError`` (one line) if it is not a run."""
+    from stress.errors import RunDirError
+
+    path = run_dir / "manifest.json"
+    if not run_dir.is_dir() or not path.exists():
+        raise RunDirError(
+            f"{run_dir} is not a run directory (no manifest.json) -- fix: pass a folder "
+            "under out/ made by `stress run`"
+        )
+    try:
+        obj = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError:
+        raise RunDirError(f"{path} is damaged (not JSON)") from None
+    if not isinstance(obj, dict):
+        raise RunDirError(f"{path} is not a JSON object")
+    return obj
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """Every complete line of a JSONL file; a torn last line (kill -9) is skipped."""
     out: list[dict[str, Any]] = []

@@ -391,6 +391,10 @@ async def _run(
     )
     for warning in probe_warnings:
         recorder.event(RunEvent(clock.now(), "preflight", warning, "warning", source="server"))
+    started = getattr(printer, "started", None)
+    if started is not None:  # let the live view finish starting before the first request
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(started.wait(), timeout=10)
     exit_reason = "crashed"
     try:
         for i, (label, step) in enumerate(plan):

@@ -14,9 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from stress.errors import RunDirError
 from stress.record import OUTCOMES
-from stress.recorder import read_jsonl, write_json
+from stress.recorder import read_jsonl, read_manifest, write_json
 
 METRICS = ("ttft_s", "ttfc_s", "decode_tok_s", "e2e_s", "queue_s")
 
@@ -235,18 +234,7 @@ def rescale_record(r: dict[str, Any], scale: float) -> dict[str, Any]:
 
 def build_summary(run_dir: Path) -> dict[str, Any]:
     """Compute and write ``summary.json`` for a run directory; return it."""
-    manifest_path = run_dir / "manifest.json"
-    if not run_dir.is_dir() or not manifest_path.exists():
-        raise RunDirError(
-            f"{run_dir} is not a run directory (no manifest.json) -- fix: pass a folder "
-            "under out/ made by `stress run`"
-        )
-    import orjson
-
-    try:
-        manifest = orjson.loads(manifest_path.read_bytes())
-    except orjson.JSONDecodeError:
-        raise RunDirError(f"{manifest_path} is damaged (not JSON)") from None
+    manifest = read_manifest(run_dir)
     records = read_jsonl(run_dir / "requests.jsonl")
     events = read_jsonl(run_dir / "events.jsonl")
     scale = float(manifest.get("time_scale") or 1.0)

@@ -13,10 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from stress.errors import RunDirError
-from stress.recorder import read_jsonl
+from stress.recorder import read_jsonl, read_manifest
 from stress.summary import rescale_record
 
 Record = dict[str, Any]
@@ -73,22 +70,6 @@ class RunData:
 def end_time(r: Record) -> float:
     """When a request ended, seconds since run start."""
     return float(r.get("t_start") or 0.0) + float(r.get("e2e_s") or 0.0)
-
-
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "manifest.json"
-    if not run_dir.is_dir() or not path.exists():
-        raise RunDirError(
-            f"{run_dir} is not a run directory (no manifest.json) -- fix: pass a folder "
-            "under out/ made by `stress run`"
-        )
-    try:
-        obj = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError:
-        raise RunDirError(f"{path} is damaged (not JSON)") from None
-    if not isinstance(obj, dict):
-        raise RunDirError(f"{path} is not a JSON object")
-    return obj
 
 
 def load_run(run_dir: Path) -> RunData:

@@ -8,6 +8,7 @@ the feed's callbacks (graceful stop, then cancel).
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import ClassVar
 
@@ -48,6 +49,8 @@ class StressApp(App[None]):
         super().__init__()
         self.feed = feed
         self.tick_s = tick_s
+        self.ready = asyncio.Event()
+        """Set once the first screen is up (the run waits for it before sending requests)."""
         self.last: Snapshot | None = None
         self.ticks = 0
 
@@ -69,6 +72,7 @@ class StressApp(App[None]):
         self.query_one(UsersTable).focus()
         self.tick()
         self.set_interval(self.tick_s, self.tick)
+        self.call_after_refresh(self.ready.set)
 
     def tick(self) -> None:
         """Render the latest snapshot; each widget skips work when nothing changed."""

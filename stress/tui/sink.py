@@ -47,6 +47,8 @@ class TuiSink:
         self.on_app = on_app
         self.app: StressApp | None = None
         self._fallback: HeadlessPrinter | None = None
+        self.started = asyncio.Event()
+        """Set when the screen is up, or when the UI gave up and fell back to lines."""
 
     def line(self, text: str) -> None:
         if self._fallback is not None:
@@ -65,6 +67,7 @@ class TuiSink:
 
     async def run(self, stop: asyncio.Event) -> None:
         if not self.headless and not sys.stdout.isatty():
+            self.started.set()
             await self._headless(stop, None)
             return
         app = self.app = self.build_app()
@@ -72,7 +75,11 @@ class TuiSink:
             self.on_app(app)
         task = asyncio.create_task(app.run_async(headless=self.headless, size=self.size))
         stopped = asyncio.create_task(stop.wait())
+        ready = asyncio.create_task(app.ready.wait())
         try:
+            # Textual's start-up (~100 ms of loop time) must not land on the first requests
+            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+            self.started.set()
             await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not task.done():
@@ -80,6 +87,8 @@ class TuiSink:
                 with contextlib.suppress(Exception):
                     await task
             stopped.cancel()
+            ready.cancel()
+            self.started.set()
         if not stop.is_set():
             # The app ended on its own (closed, or crashed): keep reporting as plain lines.
             problem = task.exception() if not task.cancelled() else None
