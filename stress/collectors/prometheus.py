@@ -29,6 +29,7 @@ gauges
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -104,8 +105,15 @@ class MetricSet:
         return sum(len(v) for v in self.by_name.values())
 
 
+_NONSTANDARD_NAN = re.compile(
+    r"(?<=[ \t])[-+]?nan\([0-9A-Za-z_]*\)(?=[ \t]|$)", re.IGNORECASE | re.MULTILINE
+)
+"""MSVC prints 0/0 as ``-nan(ind)`` (idle Windows llama-server); Python's float() refuses it."""
+
+
 def parse_metrics(text: str) -> MetricSet:
     """Parse Prometheus text exposition; NaN samples are dropped."""
+    text = _NONSTANDARD_NAN.sub("NaN", text)
     index: dict[str, list[Sample]] = {}
     try:
         for family in text_string_to_metric_families(text):
