@@ -178,6 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except Exception as e:  # a bug of ours: one line, the details on request
+        if os.environ.get("STRESS_DEBUG"):
+            raise
+        print(
+            f"stress: internal error: {type(e).__name__}: {REDACTOR.text(str(e))} -- "
+            "run again with STRESS_DEBUG=1 for the traceback and please report it",
+            file=sys.stderr,
+        )
+        return 70
 
 
 if __name__ == "__main__":

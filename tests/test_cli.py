@@ -304,3 +304,26 @@ def test_missing_key_variable_is_one_line(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1 and "NOT_SET_ANYWHERE_X" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_internal_error_is_one_line_unless_debugging(tmp_path: Path) -> None:
+    """A bug of ours must still not print a traceback at a user (STRESS_DEBUG shows it)."""
+    code = (
+        "import sys, stress.cli as c\n"
+        "def boom(args): raise RuntimeError('boom')\n"
+        "c.cmd_validate = boom\n"
+        "sys.exit(c.main(['validate', 'x']))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, env=env()
+    )
+    assert proc.returncode == 70 and "Traceback" not in proc.stderr
+    assert "internal error: RuntimeError: boom" in proc.stderr
+    debug = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env(STRESS_DEBUG="1"),
+    )
+    assert "Traceback" in debug.stderr
