@@ -204,6 +204,55 @@ def _phases(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _steps(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Repeated phases (``name#1``, ``name#2``...) pooled per step: the mean and spread of
+    the per-pass figures, so a sweep is judged on its passes, never on its best one
+    (field note 6). Only steps with at least two passes appear."""
+    passes: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r in records:
+        label = str(r.get("phase") or "main")
+        if "#" not in label or r.get("warmup"):
+            continue
+        step, _, n = label.rpartition("#")
+        passes.setdefault(step, {}).setdefault(n, []).append(r)
+    out: dict[str, Any] = {}
+    for step, by_pass in passes.items():
+        if len(by_pass) < 2:
+            continue
+        figures: dict[str, list[float]] = {
+            "ttft_p50_s": [],
+            "decode_p50_tok_s": [],
+            "e2e_p50_s": [],
+            "output_tok_s": [],
+        }
+        for rows in by_pass.values():
+            ok = [r for r in rows if r.get("outcome") in ("ok", "reasoning_only")]
+            for key, field in (
+                ("ttft_p50_s", "ttft_s"),
+                ("decode_p50_tok_s", "decode_tok_s"),
+                ("e2e_p50_s", "e2e_s"),
+            ):
+                vals = [r[field] for r in ok if r.get(field) is not None]
+                if vals:
+                    figures[key].append(float(np.median(vals)))
+            start = min(r.get("t_start", 0.0) for r in rows)
+            end = max(r.get("t_start", 0.0) + (r.get("e2e_s") or 0.0) for r in rows)
+            if end > start:
+                figures["output_tok_s"].append(
+                    sum(r.get("completion_tokens") or 0 for r in rows) / (end - start)
+                )
+        out[step] = {"passes": len(by_pass)} | {
+            key: {
+                "mean": float(np.mean(v)),
+                "sd": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
+                "n": len(v),
+            }
+            for key, v in figures.items()
+            if v
+        }
+    return out
+
+
 def _server_section(manifest: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
     """The server's own figures (from the metrics collector) plus the hit rate by round
     from the per-request cached tokens."""
@@ -261,6 +310,7 @@ def build_summary(run_dir: Path) -> dict[str, Any]:
         "overall": overall,
         "per_user": {str(u): _group([r for r in main if r.get("user") == u]) for u in users},
         "phases": _phases(records),
+        "phase_steps": _steps(records),
         "events": dict(Counter(e.get("kind", "?") for e in events)),
         "server": _server_section(manifest, main),
         "gpu": manifest.get("collectors", {}).get("gpu"),
@@ -327,6 +377,19 @@ def render_summary(summary: dict[str, Any]) -> str:
                 f"{_fmt(g['ttft_s']['p95']):>10}{_fmt(g['decode_tok_s']['p50']):>12}"
                 f"{_fmt(g['e2e_s']['p50']):>10}{g['outcomes']['error']:>8}"
             )
+    if summary.get("phase_steps"):
+        lines.append("")
+        lines.append("steps pooled over their passes (mean ± sd of per-pass figures):")
+        for step, g in summary["phase_steps"].items():
+            parts = [f"{step}: {g['passes']} passes"]
+            for key, label in (
+                ("ttft_p50_s", "TTFT p50"),
+                ("decode_p50_tok_s", "decode p50"),
+                ("output_tok_s", "output tok/s"),
+            ):
+                if key in g:
+                    parts.append(f"{label} {_fmt(g[key]['mean'])} ± {_fmt(g[key]['sd'])}")
+            lines.append("  " + "   ".join(parts))
     for w in summary["warnings"]:
         lines.append(f"WARNING: {w['message']}")
     return "\n".join(lines)

@@ -12,12 +12,29 @@ from stress.errors import RunDirError
 from stress.summary import build_summary, render_summary
 
 BASE: dict[str, Any] = {
-    "user": 0, "conversation": 1, "round": 1, "turn": 1, "warmup": False, "t_start": 0.0,
-    "http_status": 200, "outcome": "ok", "error_class": None, "chunks_content": 10,
-    "chunks_reasoning": 0, "finish_reason": "stop", "ttft_s": 1.0, "ttfc_s": 1.0,
-    "e2e_s": 2.0, "decode_tok_s": 10.0, "queue_s": 0.0, "prompt_tokens": 100,
-    "cached_tokens": 50, "reusable_tokens": 60, "completion_tokens": 10, "reconnects": 0,
-}  # fmt: skip
+    "user": 0,
+    "conversation": 1,
+    "round": 1,
+    "turn": 1,
+    "warmup": False,
+    "t_start": 0.0,
+    "http_status": 200,
+    "outcome": "ok",
+    "error_class": None,
+    "chunks_content": 10,
+    "chunks_reasoning": 0,
+    "finish_reason": "stop",
+    "ttft_s": 1.0,
+    "ttfc_s": 1.0,
+    "e2e_s": 2.0,
+    "decode_tok_s": 10.0,
+    "queue_s": 0.0,
+    "prompt_tokens": 100,
+    "cached_tokens": 50,
+    "reusable_tokens": 60,
+    "completion_tokens": 10,
+    "reconnects": 0,
+}
 
 
 def run_dir(tmp_path: Path, records: list[dict[str, Any]], cache: str = "per_user") -> Path:
@@ -103,3 +120,21 @@ def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
 def test_not_a_run_dir(tmp_path: Path) -> None:
     with pytest.raises(RunDirError):
         build_summary(tmp_path)
+
+
+def test_repeated_phases_are_pooled_over_passes(tmp_path: Path) -> None:
+    recs = []
+    for n, ttft in ((1, 1.0), (2, 3.0)):  # pass medians 1.0 and 3.0
+        for i in range(3):
+            recs.append(
+                {"phase": f"users-3#{n}", "ttft_s": ttft, "t_start": 10.0 * n + i, "e2e_s": 1.0}
+            )
+        recs.append({"phase": f"users-3#{n}", "ttft_s": 99.0, "warmup": True})
+    recs.append({"phase": "single#1", "ttft_s": 5.0})
+    s = build_summary(run_dir(tmp_path, recs))
+    step = s["phase_steps"]["users-3"]
+    assert step["passes"] == 2
+    assert step["ttft_p50_s"]["mean"] == pytest.approx(2.0)
+    assert step["ttft_p50_s"]["sd"] == pytest.approx(1.4142, rel=1e-3)
+    assert "single" not in s["phase_steps"]  # one pass: nothing to pool
+    assert "users-3: 2 passes" in render_summary(s)
