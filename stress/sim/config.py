@@ -9,7 +9,7 @@ All durations are *simulated* seconds; ``time_scale`` divides them into wall tim
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -32,20 +32,7 @@ FaultKind = Literal[
     "restart",
     "hang",
 ]
-FAULT_KINDS: tuple[FaultKind, ...] = (
-    "http_500",
-    "http_503",
-    "http_429",
-    "reset",
-    "stall",
-    "malformed_chunk",
-    "no_done",
-    "slow_headers",
-    "huge_chunk",
-    "wrong_content_type",
-    "restart",
-    "hang",
-)
+FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 
 class FaultRule(BaseModel):
