@@ -22,9 +22,15 @@ ErrorClass = Literal[
     "first_token_timeout",  # no generated token within timeouts.first_token
     "stall",  # no bytes for timeouts.stall after the first token
     "total_timeout",  # the request outlived timeouts.total
-    "malformed_stream",  # a chunk that is not valid JSON, or an unreadable body
+    "malformed_stream",  # a chunk that is not valid JSON, an unreadable body, or an SSE
+    # line or event larger than stress.sse.MAX_EVENT_BYTES
     "stream_error",  # the server sent an error object inside a 200 stream
     "cancelled",  # stopped by the user (Ctrl-C twice) or the run's drain deadline
+    "redirect",  # HTTP 3xx: never followed (it could send the prompt, or the key, elsewhere)
+    "protocol",  # the HTTP response could not be parsed, or an HTTP 200 that is not a chat
+    # reply (a Content-Type other than text/event-stream or application/json, e.g. text/html)
+    "client_error",  # an unexpected exception inside stress's own request path: still one
+    # record, with the message, never blamed on the server
 ]
 
 
@@ -39,6 +45,9 @@ class RequestRecord:
     warmup: bool = False
     t_sched: float = 0.0
     t_start: float = 0.0
+    t_last_byte: float | None = None
+    """When bytes of this request's reply last arrived (run clock, like ``t_start``); the
+    live view reads it from the in-flight record to show how long a stream has been silent."""
     queue_s: float = 0.0
     ttft_s: float | None = None
     ttfc_s: float | None = None

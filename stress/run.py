@@ -18,7 +18,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +31,7 @@ from stress.client import ChatClient, TimeoutPolicy
 from stress.collectors.base import Collector, RunClock
 from stress.corpus import Corpus
 from stress.engine import Engine, RunCounters
-from stress.errors import TargetError
+from stress.errors import RecordingError, RunDirError, TargetError
 from stress.events import RunEvent
 from stress.headless import HeadlessPrinter, UiSink
 from stress.live import Live
@@ -64,10 +64,16 @@ class Target:
 
 
 def make_session(limit: int, connect_s: float, force_close: bool = False) -> aiohttp.ClientSession:
-    """One explicit pool: a limit at least the user count, connect timeout, big buffer."""
-    connector = aiohttp.TCPConnector(
-        limit=limit, limit_per_host=limit, force_close=force_close, keepalive_timeout=30
-    )
+    """One explicit pool: a limit at least the user count, connect timeout, big buffer.
+
+    ``force_close`` opens a connection per request (``connection: {reuse: false}`` and the
+    client's retry after a dead pooled connection); aiohttp refuses a keep-alive timeout
+    with it, so the timeout is set only when connections are reused.
+    """
+    if force_close:
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, force_close=True)
+    else:
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=30)
     return aiohttp.ClientSession(
         connector=connector,
         timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect_s),
@@ -107,10 +113,26 @@ async def open_target(
                     f"{safe_url(url)}/v1/models lists no model -- fix: set target.model"
                 )
             model = str(models[0].get("id"))
+        else:
+            _check_model(url, model, models)
         yield Target(url, headers, model, models, sim, time_scale)
     finally:
         if sim is not None:
             await sim.close()
+
+
+def _check_model(url: str, model: str, models: list[dict[str, Any]]) -> None:
+    """A named model must be one the server lists: llama.cpp answers whatever the name,
+    and a run would otherwise report a model that was never served."""
+    served = [str(m.get("id")) for m in models if m.get("id") is not None]
+    if served and model not in served:
+        shown = ", ".join(served[:10]) + (
+            f" and {len(served) - 10} more" if len(served) > 10 else ""
+        )
+        raise TargetError(
+            f"model {model!r} is not served by {safe_url(url)} (it serves: {shown}) -- fix: "
+            "set target.model to one of them, or auto"
+        )
 
 
 async def list_models(
@@ -246,7 +268,13 @@ async def _run(
     server_kind = sc.target.server
     if server_kind == "auto" and probe_result.kind in ("vllm", "sglang", "llamacpp"):
         server_kind = probe_result.kind
-    run_dir = new_run_dir(out_dir, sc.name)
+    try:
+        run_dir = new_run_dir(out_dir, sc.name)
+    except OSError as e:
+        raise RunDirError(
+            f"cannot create a run directory in {out_dir}: {e.strerror or e} -- fix: pass --out "
+            "with a writable folder"
+        ) from None
     live = Live(max(step.users.count for _, step in plan))
     clock = RunClock.start()
     engine_ref: list[Engine] = []
@@ -282,7 +310,7 @@ async def _run(
         live.on_event(ev)
         printer.on_event(ev)
 
-    recorder = Recorder(run_dir, on_event=on_event)
+    recorder = Recorder(run_dir, on_event=on_event, clock=clock.now)
     nonce = uuid.uuid4().hex[:10]
     manifest: dict[str, Any] = {
         "run_id": run_dir.name,
@@ -311,7 +339,13 @@ async def _run(
         "exit_reason": None,
         "command": [os.path.basename(sys.argv[0]), *sys.argv[1:]],
     }
-    write_json(run_dir / "manifest.json", manifest)
+    try:
+        write_json(run_dir / "manifest.json", manifest)
+    except OSError as e:
+        raise RecordingError(
+            f"cannot write {run_dir}: {e.strerror or e} -- fix: free space or pass --out on "
+            "another disk; nothing was sent"
+        ) from None
     client = ChatClient(
         session,
         target.url,
@@ -352,9 +386,15 @@ async def _run(
     engine = make_engine(*plan[0])
     collectors = _collectors(loaded, recorder, clock, session, target, server_kind)
     stop_bg = asyncio.Event()
-    background = [asyncio.create_task(_flusher(recorder, stop_bg))]
+    background = [
+        asyncio.create_task(
+            _flusher(recorder, stop_bg, lambda: engine_ref[0].request_stop("recorder_failed"))
+        )
+    ]
     background.append(asyncio.create_task(printer.run(stop_bg)))
-    background += [asyncio.create_task(c.run(stop_bg)) for c in collectors]
+    background += [
+        asyncio.create_task(_run_collector(c, recorder, clock, stop_bg)) for c in collectors
+    ]
     background.append(
         asyncio.create_task(
             _monitor(live, collectors, client, recorder, clock, sc.telemetry.hang_after, stop_bg)
@@ -425,18 +465,43 @@ async def _run(
         stop_bg.set()
         await asyncio.gather(*background, return_exceptions=True)
         await client.close()
+        recorder.close()  # never raises: a failed write is in recorder.error
+        if recorder.error is not None:
+            exit_reason = "recorder_failed"
         manifest["end_time"] = time.time()
         manifest["duration_s"] = clock.now()
         manifest["exit_reason"] = exit_reason
         manifest["collectors"] = {
             c.name: _safe_summary(c, live.completion_tokens) for c in collectors
         }
-        recorder.close()
-        write_json(run_dir / "manifest.json", manifest)
-    summary = build_summary(run_dir)
-    print(REDACTOR.text(f"\n{render_summary(summary)}\n\nrun directory: {run_dir}"), flush=True)
-    _write_report(run_dir)
+        _guarded(printer, "manifest.json", lambda: write_json(run_dir / "manifest.json", manifest))
+    if recorder.error is not None:
+        raise _recording_error(run_dir, recorder)
+    summary: dict[str, Any] = {}
+    if _guarded(printer, "summary.json", lambda: summary.update(build_summary(run_dir))):
+        print(REDACTOR.text(f"\n{render_summary(summary)}\n\nrun directory: {run_dir}"), flush=True)
+        _write_report(run_dir)
     return RunOutcome(run_dir, summary, exit_reason)
+
+
+def _guarded(printer: UiSink, what: str, write: Callable[[], object]) -> bool:
+    """Write one end-of-run file; a failure is one line, never a traceback past the user."""
+    try:
+        write()
+        return True
+    except OSError as e:
+        printer.line(f"{what} not written: {REDACTOR.text(str(e.strerror or e))}")
+        return False
+
+
+def _recording_error(run_dir: Path, recorder: Recorder) -> RecordingError:
+    e = recorder.error
+    why = (e.strerror if e is not None else None) or str(e)
+    return RecordingError(
+        f"cannot write {run_dir}: {why} -- fix: free space or pass --out on another disk; "
+        f"{recorder.requests_recorded} records written, {recorder.unwritten_requests} could "
+        "not be written"
+    )
 
 
 def _write_report(run_dir: Path) -> None:
@@ -464,11 +529,35 @@ def _safe_summary(c: Collector, generated_tokens: int) -> dict[str, Any]:
         return {"error": f"{type(e).__name__}: {REDACTOR.text(str(e))}"}
 
 
-async def _flusher(recorder: Recorder, stop: asyncio.Event) -> None:
+async def _flusher(recorder: Recorder, stop: asyncio.Event, on_failure: Callable[[], None]) -> None:
+    """Flush once a second; a write that fails (the recorder keeps the lines and shows a
+    ``recorder_failed`` event) stops the run: no new turns, requests in flight finish."""
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=1.0)
-        recorder.flush()
+        if not recorder.flush():
+            on_failure()
+
+
+async def _run_collector(
+    c: Collector, recorder: Recorder, clock: RunClock, stop: asyncio.Event
+) -> None:
+    """A collector's task; one that dies says so (``collector_failed``) instead of vanishing."""
+    try:
+        await c.run(stop)
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        recorder.event(
+            RunEvent(
+                clock.now(),
+                "collector_failed",
+                f"collector {c.name} stopped: {type(e).__name__}: {e}; its telemetry ends here",
+                "error",
+                source=c.name,
+                data={"collector": c.name},
+            )
+        )
 
 
 async def _monitor(

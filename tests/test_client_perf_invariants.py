@@ -7,6 +7,7 @@ or per request once a request has ended.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 import tracemalloc
@@ -19,6 +20,7 @@ from aiohttp import web
 
 from stress.client import ChatClient, TimeoutPolicy
 from stress.record import RequestRecord
+from stress.sse import MAX_EVENT_BYTES
 from tests.fakes import DONE, FakeServer, chunk, serve, usage_chunk
 
 pytestmark = pytest.mark.timeout(60)
@@ -73,3 +75,33 @@ async def test_no_memory_kept_per_chunk_or_per_request() -> None:
             tracemalloc.stop()
         # a leak of one small object per chunk would be >= 1 MB here
         assert after - before < 100_000, f"grew {after - before} B over 100 requests"
+
+
+async def test_a_giant_line_is_refused_in_bounded_memory() -> None:
+    """A server streaming one 64 MiB line: the client stops at the line limit, so what it
+    holds stays near ``MAX_EVENT_BYTES`` (pieces, then one join), not the whole line."""
+    block = b"x" * (1 << 20)
+    sent = 4 * (MAX_EVENT_BYTES >> 20)
+
+    async def giant(request: web.Request, body: dict[str, Any], n: int) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b"data: ")
+        with contextlib.suppress(ConnectionError):
+            for _ in range(sent):
+                await resp.write(block)
+        return resp
+
+    server = FakeServer(script=giant)
+    async with serve(server), aiohttp.ClientSession() as session:
+        client = ChatClient(session, server.url, {}, TimeoutPolicy(5, 60, 60, 300))
+        rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            await client.chat(BODY, rec, time.perf_counter())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert rec.error_class == "malformed_stream"
+    assert peak < 2 * MAX_EVENT_BYTES, f"peak {peak >> 20} MiB for a {sent} MiB line"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from stress.sse import SSEParser
+from stress.sse import MAX_EVENT_BYTES, SSEError, SSEParser
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams"
 
@@ -46,3 +46,52 @@ def test_byte_by_byte_with_multibyte_characters() -> None:
 
 def test_event_without_final_blank_line_is_kept_at_eof() -> None:
     assert parse_all(b"data: tail", []) == [b"tail"]
+
+
+def test_cr_only_line_ends_parse_like_lf() -> None:
+    """CR alone ends a line in SSE; a CR closing one read may meet its LF in the next."""
+    lf = b': hi\n\ndata: {"a":\ndata: 1}\n\ndata: [DONE]\n\n'
+    expected = [b'{"a":\n1}', b"[DONE]"]
+    for data in (lf.replace(b"\n", b"\r"), lf.replace(b"\n", b"\r\n")):
+        for i in range(len(data)):
+            assert parse_all(data, [i]) == expected, f"split at byte {i}"
+        assert parse_all(data, list(range(1, len(data)))) == expected
+
+
+def test_cr_then_lf_in_the_next_read_is_one_line_end() -> None:
+    # "\r" | "\n\r" | "\n": two line ends (CRLF, CRLF), one event; not three
+    assert parse_all(b"data: x\r\n\r\n", [8, 10]) == [b"x"]
+
+
+def test_a_long_line_in_small_reads_is_parsed_in_linear_time() -> None:
+    """Checked by structure, not timed: while a line is incomplete the parser holds the
+    reads it was given, never one growing copy (the old parser re-copied and re-searched the
+    whole line on every read: a 10 MB line in 4 KiB reads took seconds)."""
+    size = 2_000_000
+    data = b"data: " + b"x" * size + b"\n\ndata: y\n\n"
+    p = SSEParser()
+    out: list[bytes] = []
+    for i in range(0, len(data), 4096):
+        out += p.feed(data[i : i + 4096])
+        held = getattr(p, "_pending", None)
+        assert isinstance(held, list) and all(len(x) <= 4096 for x in held)
+    assert out == [b"x" * size, b"y"]
+
+
+def test_a_line_past_the_limit_is_refused_and_memory_released() -> None:
+    p = SSEParser()
+    piece = b"x" * 65536
+    p.feed(b"data: ")
+    with pytest.raises(SSEError, match="longer than 16 MiB"):
+        for _ in range(MAX_EVENT_BYTES // len(piece) + 2):
+            p.feed(piece)
+    assert p._pending == [] and p._pending_len == 0
+
+
+def test_an_event_of_many_data_lines_past_the_limit_is_refused() -> None:
+    p = SSEParser()
+    line = b"data: " + b"x" * 65536 + b"\n"
+    with pytest.raises(SSEError, match="event longer than"):
+        for _ in range(MAX_EVENT_BYTES // len(line) + 2):
+            p.feed(line)
+    assert p._more is None and p._data is None
