@@ -32,6 +32,11 @@ from stress.recorder import Recorder
 from stress.scenario import Scenario, ThinkTime
 from stress.tokens import count_tokens
 
+START_BATCH = 500
+"""Users started per turn of the event loop when many are due at once."""
+START_SLACK_S = 0.005
+"""A user due sooner than this is started now rather than after a sleep."""
+
 
 @dataclass(slots=True)
 class RunCounters:
@@ -111,6 +116,7 @@ class Engine:
         self.exit_reason = ""
         self._on_stop = on_stop
         self._tasks: list[asyncio.Task[None]] = []
+        self._starter: asyncio.Task[None] | None = None
         self.counters = counters or RunCounters()
         self._requests = 0
         self._past_warmup = 0
@@ -130,6 +136,8 @@ class Engine:
                 self._on_stop(reason)
 
     def cancel_in_flight(self) -> None:
+        if self._starter is not None:
+            self._starter.cancel()
         for task in self._tasks:
             task.cancel()
 
@@ -141,11 +149,14 @@ class Engine:
             deadline = loop.call_later(sc.duration, self.request_stop, "duration")
         self._show("warmup" if sc.warmup.rounds else "running")
         self._t_phase = time.perf_counter()
-        self._tasks = [
-            asyncio.create_task(self._user(u), name=f"user-{u}") for u in range(sc.users.count)
-        ]
-        all_done = asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        starter = self._starter = asyncio.create_task(self._start_users(), name="users-start")
         stop_wait = asyncio.ensure_future(self.stop_new.wait())
+        await asyncio.wait([starter, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.gather(starter, return_exceptions=True)  # returns at once on a stop
+        for u in range(len(self._tasks), sc.users.count):  # stopped before their turn came
+            self.live.set_state(u, "done")
+        all_done = asyncio.gather(*self._tasks, return_exceptions=True)
         waiters: list[asyncio.Future[Any]] = [all_done, stop_wait]
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         if not all_done.done():
@@ -181,6 +192,35 @@ class Engine:
                 await asyncio.wait_for(self.stop_new.wait(), timeout=delay)
         return not self.stop_new.is_set()
 
+    async def _start_users(self) -> None:
+        """Start each user's task when its ramp-up offset comes, in batches that yield to
+        the loop: ten thousand users never hold the loop (or Ctrl-C) for long."""
+        n = self.sc.users.count
+        for u in range(n):
+            if self.stop_new.is_set():
+                return
+            if self._ramp_time(u) - time.perf_counter() > START_SLACK_S:
+                if not await self._sleep_until(self._ramp_time(u)):
+                    return
+            elif u % START_BATCH == START_BATCH - 1:
+                await asyncio.sleep(0)
+            self._tasks.append(asyncio.create_task(self._user(u), name=f"user-{u}"))
+        late = time.perf_counter() - self._ramp_time(n - 1)
+        self.recorder.event(
+            RunEvent(
+                self.now(),
+                "users_started",
+                f"all {n} users started ({late:.2f}s after the last one was due)",
+                "info",
+                data={"users": n, "late_s": round(late, 3), "phase": self.phase},
+            )
+        )
+
+    def _ramp_time(self, u: int) -> float:
+        """Perf time of user ``u``'s first turn."""
+        n = self.sc.users.count
+        return self._t_phase + (self.sc.users.ramp_up * u / n if n > 1 else 0.0)
+
     # --- one user ----------------------------------------------------------------------
 
     async def _user(self, u: int) -> None:
@@ -205,8 +245,7 @@ class Engine:
         sc = self.sc
         conv_spec = sc.conversation
         rng = random.Random(f"{sc.seed}:{u}")
-        offset = sc.users.ramp_up * u / sc.users.count if sc.users.count > 1 else 0.0
-        t_next = self._t_phase + offset
+        t_next = self._ramp_time(u)
         if not await self._sleep_until(t_next):
             return
         conv_index = 1
@@ -249,31 +288,39 @@ class Engine:
             rec.phase = self.phase
             body = build_body(sc, self.model, messages)
             self.live.on_send(rec)
+            self.recorder.request_started(rec)
             reply = Reply("", "")
             try:
                 reply = await self.client.chat(body, rec, t_next)
+            except Exception as e:  # the client broke its promise: the record still tells
+                rec.outcome, rec.error_class = "error", "client_error"
+                rec.error = f"{type(e).__name__}: {e}"[:500]
+                raise
             finally:
                 self._finish(rec)
             if rec.outcome in ("ok", "reasoning_only"):
                 conv.commit_turn(user_text, reply.content, reply.reasoning, rec.prompt_tokens)
             elif rec.error_class == "context_exceeded":
+                if rec.prompt_tokens is not None and rec.prompt_source != "estimate":
+                    size = f"{rec.prompt_tokens:,}-token (server's count)"
+                else:
+                    size = f"~{rec.conversation_tokens:,}-token (stress's estimate)"
                 self.recorder.event(
                     RunEvent(
                         self.now(),
                         "context_exceeded",
-                        f"user {u}: server refused a {rec.conversation_tokens}-token "
-                        "conversation as too long; starting a new conversation "
-                        "(lower conversation.ceiling_tokens)",
+                        f"user {u}: server refused a {size} conversation as too long; "
+                        "starting a new conversation (lower conversation.ceiling_tokens)",
                         "warning",
                         user=u,
                     )
                 )
                 conv_index += 1
                 conv = self._new_conversation(u, conv_index)
-            self.live.set_state(u, "thinking")
             t_next = time.perf_counter() + think_seconds(rng, sc.users.think_time)
             if rec.error_class == "http_429" and rec.retry_after_s:
                 t_next = max(t_next, time.perf_counter() + rec.retry_after_s)
+            self.live.set_state(u, "thinking", until=t_next - self.t0)
             if not await self._sleep_until(t_next):
                 break
 
@@ -290,6 +337,7 @@ class Engine:
 
     def _finish(self, rec: RequestRecord) -> None:
         self.recorder.write_request(rec)
+        self._request_events(rec)
         self.live.on_record(rec, self.now())
         self._requests += 1
         c = self.counters
@@ -306,3 +354,52 @@ class Engine:
             and c.errors / c.requests > lim.max_error_rate
         ):
             self.request_stop("limit: max_error_rate")
+
+    def _request_events(self, rec: RequestRecord) -> None:
+        """One event per failed, empty or stalled request, for events.jsonl and the panel."""
+        who = f"user {rec.user} round {rec.round}"
+        if self.phase != "main":
+            who += f" ({self.phase})"
+        now = self.now()
+        stalled = rec.error_class in ("stall", "first_token_timeout")
+        if rec.outcome == "error" and rec.error_class != "cancelled" and not stalled:
+            status = f" (HTTP {rec.http_status})" if rec.http_status else ""
+            self.recorder.event(
+                RunEvent(
+                    now,
+                    "request_failed",
+                    f"{who}: {rec.error_class}{status}: {rec.error or 'no detail'}"[:300],
+                    "warning",
+                    user=rec.user,
+                    data={"error_class": rec.error_class, "http_status": rec.http_status},
+                )
+            )
+        elif rec.outcome in ("empty", "reasoning_only"):
+            what = "no content" if rec.outcome == "empty" else "reasoning but no answer"
+            self.recorder.event(
+                RunEvent(
+                    now,
+                    "empty_reply",
+                    f"{who}: {what} (finish_reason {rec.finish_reason or 'none'})",
+                    "warning",
+                    user=rec.user,
+                    data={"finish_reason": rec.finish_reason, "outcome": rec.outcome},
+                )
+            )
+        if stalled:  # one event per stall: `stall` (an error), not also `request_failed`
+            gap = f"; longest gap {rec.max_gap_s:.1f}s" if rec.max_gap_s is not None else ""
+            what = (
+                "no first token in time"
+                if rec.error_class == "first_token_timeout"
+                else ("stream went silent")
+            )
+            self.recorder.event(
+                RunEvent(
+                    now,
+                    "stall",
+                    f"{who}: {what} ({rec.error_class}{gap})",
+                    "error",
+                    user=rec.user,
+                    data={"error_class": rec.error_class, "max_gap_s": rec.max_gap_s},
+                )
+            )

@@ -3,10 +3,12 @@
 Hierarchy::
 
     StressError              anything we report as one clear line, never a traceback
-    ├── ScenarioError        a scenario file is wrong (file, line, field, fix)
-    ├── SecretError          an API key could not be read from where the user pointed
-    ├── TargetError          the server under test cannot be used (unreachable, no model)
-    └── RunDirError          a run directory is missing or unreadable
+    ├── ScenarioError        a scenario file is wrong (file, line, field, fix)      exit 2
+    │   └── CorpusError      its corpus is missing, empty or outside the allowed roots
+    ├── SecretError          an API key could not be read from where the user pointed  1
+    ├── TargetError          the server under test cannot be used (unreachable, no model) 1
+    └── RunDirError          a run directory is missing, unreadable or damaged          1
+        └── RecordingError   the run could not write its files (full disk): it stopped
 
 Request failures during a run are *not* exceptions: they end up as records with an
 ``error_class`` (see ``stress.record``).
@@ -53,3 +55,19 @@ class TargetError(StressError):
 
 class RunDirError(StressError):
     pass
+
+
+class RecordingError(RunDirError):
+    """The run directory stopped taking writes (a full disk): the run stopped early."""
+
+
+class CorpusError(ScenarioError):
+    """A paste corpus cannot be used (outside the allowed folders, empty, unreadable).
+
+    A ``ScenarioError`` (exit 2, bad input): ``stress validate`` catches it with the
+    scenario's file and line; at run time it names the corpus path itself.
+    """
+
+    def __init__(self, path: str, message: str, fix: str) -> None:
+        self.path, self.message, self.fix = path, message, fix
+        super().__init__([Problem(path, None, "conversation.turn.paste.corpus", message, fix)])

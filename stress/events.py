@@ -7,9 +7,41 @@ appended to ``events.jsonl`` in the run directory and shown live (headless lines
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Severity = Literal["info", "warning", "error"]
+
+EventKind = Literal[
+    # the run
+    "run_started",  # info; data {run_nonce}
+    "phase_started",  # info; data {phase}
+    "users_started",  # info: every user of a phase has started; data {users, late_s, phase}
+    "preflight",  # warning: something pre-flight found about the server
+    "run_crashed",  # error: an exception ended the run (the files are still completed)
+    "drain_timeout",  # warning: requests still running after timeouts.drain, cancelled
+    "model_mismatch",  # warning: the server answered with a model other than target.model
+    # one request (emitted by Engine._finish)
+    "request_failed",  # warning: outcome error, not cancelled; data {error_class, http_status}
+    "empty_reply",  # warning: outcome empty or reasoning_only; data {finish_reason, outcome}
+    "stall",  # error: stall or first_token_timeout; data {error_class, max_gap_s}
+    "context_exceeded",  # warning: the server refused the conversation as too long
+    "user_crashed",  # error: a simulated user's task died (its request still has a record)
+    # the recorder and the collectors
+    "recorder_failed",  # error: a run file cannot be written; data {stream, error}
+    "collector_failed",  # error: a collector's task died; data {collector}
+    "collector_error",  # warning: a collector could not take one sample
+    "client_overloaded",  # warning: stress itself may be the bottleneck
+    "hang_suspected",  # error: requests in flight and no bytes for telemetry.hang_after
+    "hang_cleared",  # warning: bytes flow again
+    "restart",  # error: the server restarted (its counters went back)
+    "server_down",
+    "server_back",
+    "metrics_unavailable",
+    "telemetry_error",
+]
+"""The known event kinds. Collectors add their own (``gpu_*``, ``xid``...); ``kind`` stays
+a plain ``str`` so that a reader of an old run never fails on a kind it does not know."""
+EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 
 
 @dataclass(slots=True)

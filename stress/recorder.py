@@ -10,11 +10,13 @@ skips a torn last line). Everything written passes through the secret redactor.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
@@ -23,6 +25,7 @@ from stress.record import RequestRecord
 from stress.secrets import REDACTOR
 
 _OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+MAX_IN_FLIGHT_LISTED = 1000
 
 
 def new_run_dir(out: Path, scenario_name: str) -> Path:
@@ -43,11 +46,16 @@ def write_json(path: Path, obj: Any) -> None:
     """Write a JSON document atomically (temp file + rename), redacted."""
     data = REDACTOR.bytes(orjson.dumps(obj, option=_OPTS | orjson.OPT_INDENT_2))
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data + b"\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:  # a full disk: the old file stays whole, no half-written temp is left
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
@@ -89,53 +97,209 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 class Recorder:
-    """Implements the collectors' ``Sink``; owns the run directory's JSONL files."""
+    """Implements the collectors' ``Sink``; owns the run directory's JSONL files.
 
-    def __init__(self, run_dir: Path, on_event: Callable[[RunEvent], None] | None = None) -> None:
+    A line stays in its buffer until it is on disk: a failed write (a full disk) is cut
+    back to the last complete line and retried at the next flush, and the first failure is
+    kept in ``error`` and shown at once as a ``recorder_failed`` event (the run decides to
+    stop). ``state.json`` says at every flush how many requests were sent, how many have a
+    line on disk and which are in flight, so a ``kill -9`` leaves a count of what it cost.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        on_event: Callable[[RunEvent], None] | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.dir = run_dir
-        self._files: dict[str, IO[bytes]] = {}
+        self._fds: dict[str, int] = {}
         self._buffers: dict[str, list[bytes]] = {}
+        self._torn: set[str] = set()
+        """Streams whose file may end in a partial line: the next write starts a new one."""
         self._on_event = on_event
+        t0 = time.perf_counter()
+        self._clock = clock or (lambda: time.perf_counter() - t0)
+        self._in_flight: dict[int, RequestRecord] = {}
+        self.sent = 0
+        """Requests handed to the client so far (``request_started``)."""
         self.requests_written = 0
+        """Request records accepted (buffered or on disk)."""
+        self.requests_recorded = 0
+        """Request records on disk."""
+        self.error: OSError | None = None
+        """The first write failure; the run stops and exits 1 when set."""
         self.closed = False
+
+    # --- accepting lines ---------------------------------------------------------------
 
     def _buffer(self, stream: str) -> list[bytes]:
         buf = self._buffers.get(stream)
         if buf is None:
-            self._files[stream] = open(self.dir / f"{stream}.jsonl", "ab")  # noqa: SIM115
             buf = self._buffers[stream] = []
         return buf
 
     def write(self, stream: str, record: dict[str, Any]) -> None:
         if not self.closed:
-            self._buffer(stream).append(orjson.dumps(record, option=_OPTS))
+            self._buffer(stream).append(_dumps_line(record))
+
+    def request_started(self, rec: RequestRecord) -> None:
+        """The engine is about to send ``rec``: it counts as in flight until written."""
+        self.sent += 1
+        self._in_flight[id(rec)] = rec
 
     def write_request(self, rec: RequestRecord) -> None:
+        self._in_flight.pop(id(rec), None)
         if not self.closed:
-            self._buffer("requests").append(orjson.dumps(rec, option=_OPTS))
+            self._buffer("requests").append(_dumps_line(rec))
             self.requests_written += 1
 
     def event(self, ev: RunEvent) -> None:
         ev.message = REDACTOR.text(ev.message)
         if not self.closed:
-            self._buffer("events").append(orjson.dumps(ev, option=_OPTS))
+            self._buffer("events").append(_dumps_line(ev))
         if self._on_event is not None:
             self._on_event(ev)
 
-    def flush(self) -> None:
-        for stream, buf in self._buffers.items():
+    # --- writing -----------------------------------------------------------------------
+
+    def flush(self) -> bool:
+        """Write every buffered line; False if a stream could not be written (kept)."""
+        ok = True
+        for stream, buf in list(self._buffers.items()):
             if buf:
-                data = REDACTOR.bytes(b"\n".join(buf) + b"\n")
-                buf.clear()
-                f = self._files[stream]
-                f.write(data)
-                f.flush()
+                try:
+                    self._write_lines(stream, buf)
+                except OSError as e:
+                    ok = False
+                    self._failed(stream, e)
+        self._write_state(finished=False)
+        return ok
+
+    def _write_lines(self, stream: str, buf: list[bytes]) -> None:
+        fd = self._fds.get(stream)
+        if fd is None:
+            path = self.dir / f"{stream}.jsonl"
+            fd = self._fds[stream] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        lead = b"\n" if stream in self._torn else b""
+        data = lead + REDACTOR.bytes(b"\n".join(buf) + b"\n")
+        start = os.lseek(fd, 0, os.SEEK_END)
+        done = 0
+        try:
+            while done < len(data):
+                done += os.write(fd, data[done:])
+        except OSError:
+            self._cut_back(stream, fd, start, data[:done], buf)
+            raise
+        self._torn.discard(stream)
+        if stream == "requests":
+            self.requests_recorded += len(buf)
+        buf.clear()
+
+    def _cut_back(self, stream: str, fd: int, start: int, written: bytes, buf: list[bytes]) -> None:
+        """After a partial write: keep the whole lines that reached the file, cut off the
+        torn end, and leave the rest in the buffer; the file ends on a complete line."""
+        cut = written.rfind(b"\n") + 1  # the end of the last whole line written
+        lead = 1 if written.startswith(b"\n") else 0  # a record never starts with one
+        complete = max(0, min(written[:cut].count(b"\n") - lead, len(buf)))
+        try:
+            os.ftruncate(fd, start + cut)
+            if cut:
+                self._torn.discard(stream)
+        except OSError:  # cannot truncate: the next write starts on a fresh line
+            if written and not written.endswith(b"\n"):
+                self._torn.add(stream)
+            elif written:
+                self._torn.discard(stream)
+        if stream == "requests":
+            self.requests_recorded += complete
+        del buf[:complete]
+
+    def _failed(self, stream: str, e: OSError) -> None:
+        if self.error is not None:
+            return
+        self.error = e
+        ev = RunEvent(
+            self._clock(),
+            "recorder_failed",
+            f"cannot write {stream}.jsonl in {self.dir}: {e.strerror or e} -- stopping the "
+            "run; lines are kept in memory and retried",
+            "error",
+            source="recorder",
+            data={"stream": stream, "error": e.strerror or str(e)},
+        )
+        self.event(ev)
+
+    @property
+    def unwritten_requests(self) -> int:
+        """Request records accepted but not on disk."""
+        return len(self._buffers.get("requests", ()))
+
+    def _write_state(self, *, finished: bool) -> None:
+        """``state.json``: sent, recorded and in flight; best effort, never raises."""
+        flying = list(self._in_flight.values())
+        state = {
+            "t": round(self._clock(), 3),
+            "sent": self.sent,
+            "recorded": self.requests_recorded,
+            "in_flight_count": len(flying),
+            "in_flight": [
+                {"user": r.user, "round": r.round, "phase": r.phase, "t_start": r.t_start}
+                for r in flying[:MAX_IN_FLIGHT_LISTED]
+            ],
+            "finished": finished,
+        }
+        path = self.dir / "state.json"
+        tmp = path.with_name("state.json.tmp")
+        try:
+            tmp.write_bytes(_dumps_line(state) + b"\n")
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def close(self) -> None:
+        """Last flush (a retry after a failure), fsync, close; never raises."""
         if self.closed:
             return
         self.flush()
-        for f in self._files.values():
-            os.fsync(f.fileno())
-            f.close()
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
         self.closed = True
+        self._write_state(finished=True)
+
+
+def _dumps_line(obj: Any) -> bytes:
+    """One JSON line; a value orjson cannot write becomes null, named in ``unserializable``."""
+    try:
+        return orjson.dumps(obj, option=_OPTS)
+    except TypeError:  # orjson.JSONEncodeError: e.g. an integer >= 2**64
+        pass
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    bad: list[str] = []
+    clean = _sanitize(obj, "", bad)
+    if isinstance(clean, dict):
+        clean["unserializable"] = bad
+    return orjson.dumps(clean, option=_OPTS)
+
+
+def _sanitize(value: Any, path: str, bad: list[str]) -> Any:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            key = k if isinstance(k, str) else str(k)
+            out[key] = _sanitize(v, f"{path}.{key}" if path else key, bad)
+        return out
+    if isinstance(value, list | tuple):
+        return [_sanitize(v, f"{path}[{i}]", bad) for i, v in enumerate(value)]
+    try:
+        orjson.dumps(value, option=_OPTS)
+    except TypeError:
+        bad.append(path or "(value)")
+        return None
+    return value

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from aiohttp import web
 
+from stress.client import ChatClient, Reply, TimeoutPolicy
+from stress.engine import Engine
+from stress.live import Live
+from stress.record import RequestRecord
+from stress.recorder import Recorder
 from stress.run import execute
 from stress.scenario import load_scenario
 from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
@@ -192,3 +200,94 @@ async def test_paste_budgets_use_the_servers_token_count(tmp_path: Path) -> None
     assert "server /tokenize" in manifest["token_budget"]
     pastes = [r["paste_tokens"] for r in lines(outcome.run_dir)]  # local (tiktoken) counts
     assert all(190 <= p <= 300 for p in pastes), pastes
+
+
+def events(d: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(x) for x in (d / "events.jsonl").read_bytes().splitlines()]
+
+
+LLAMA_CONTEXT_ERROR = {
+    "error": {
+        "code": 400,
+        "message": "the request exceeds the available context size, try increasing it",
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": 1079,
+        "n_ctx": 1024,
+    }
+}
+
+
+async def test_each_failed_empty_or_stalled_request_has_an_event(tmp_path: Path) -> None:
+    async def mixed(request: web.Request, body: dict[str, Any], n: int) -> web.StreamResponse:
+        if n == 2:
+            return web.json_response({"error": {"message": "overloaded"}}, status=503)
+        if n == 3:  # a reply with no content at all
+            return await stream(request, [chunk(None, finish="stop"), usage_chunk(50, 0), DONE])
+        if n == 4:
+            return web.json_response(LLAMA_CONTEXT_ERROR, status=400)
+        if n == 5:  # no first token within timeouts.first_token
+            await asyncio.sleep(5)
+        return await reply_script(request, body, n)
+
+    extra = "timeouts: {first_token: 1s}"
+    async with serve(FakeServer(script=mixed)) as server:
+        outcome = await execute(
+            make(tmp_path, server.url, users=1, rounds=6, extra=extra), tmp_path / "out"
+        )
+    evs = [e for e in events(outcome.run_dir) if e["source"] == "engine"]
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for e in evs:
+        by_kind.setdefault(e["kind"], []).append(e)
+    failed = by_kind["request_failed"]
+    assert [f["data"] for f in failed] == [
+        {"error_class": "http_5xx", "http_status": 503},
+        {"error_class": "context_exceeded", "http_status": 400},
+    ]  # the first-token timeout is a `stall` event alone, not also a failure
+    assert failed[0]["message"].startswith("user 0 round 2: http_5xx (HTTP 503)")
+    assert all(f["severity"] == "warning" and f["user"] == 0 for f in failed)
+    [empty] = by_kind["empty_reply"]
+    assert empty["data"] == {"finish_reason": "stop", "outcome": "empty"}
+    assert empty["message"].startswith("user 0 round 3: ")
+    [stall] = by_kind["stall"]
+    assert stall["severity"] == "error" and stall["message"].startswith("user 0 round 5: ")
+    assert stall["data"]["error_class"] == "first_token_timeout"
+    [ctx] = by_kind["context_exceeded"]
+    assert "1,079-token (server's count)" in ctx["message"]  # not stress's own estimate
+    assert "round 1:" not in " ".join(e["message"] for e in evs)  # the good ones are quiet
+
+
+class _BrokenClient(ChatClient):
+    """A client that breaks its never-raise promise after the request went out."""
+
+    async def chat(self, body: bytes, rec: RequestRecord, t_sched: float) -> Reply:
+        await super().chat(body, rec, t_sched)
+        raise RuntimeError("bug in the client")
+
+
+async def test_a_crashed_user_still_leaves_one_true_record(tmp_path: Path) -> None:
+    """Engine and recorder for real against a real server; only the client is broken."""
+    async with serve(FakeServer(script=reply_script)) as server:
+        sc = make(tmp_path, server.url, users=1, rounds=3).scenario
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        recorder = Recorder(run_dir)
+        async with aiohttp.ClientSession() as session:
+            client = _BrokenClient(
+                session,
+                server.url,
+                {},
+                TimeoutPolicy(5, 5, 5, 30),
+                clock_t0=time.perf_counter(),
+            )
+            engine = Engine(
+                sc, client, recorder, Live(1), None, "fake-model", "nonce", time.perf_counter()
+            )
+            await engine.run()
+        recorder.close()
+    [rec] = lines(run_dir)
+    assert rec["outcome"] == "error" and rec["error_class"] == "client_error"
+    assert rec["error"] == "RuntimeError: bug in the client"
+    kinds = [e["kind"] for e in events(run_dir) if e["severity"] != "info"]
+    assert kinds == ["request_failed", "user_crashed"]
+    state = orjson.loads((run_dir / "state.json").read_bytes())
+    assert (state["sent"], state["recorded"], state["in_flight_count"]) == (1, 1, 0)

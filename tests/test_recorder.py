@@ -1,0 +1,195 @@
+"""The recorder on real files: nothing it accepted is lost, every line it leaves is valid.
+
+A full disk is a real one: a small tmpfs mounted for the test (skipped, with the reason,
+where it cannot be mounted). Values orjson cannot write become null and are named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from stress.events import RunEvent
+from stress.record import RequestRecord
+from stress.recorder import Recorder
+from stress.run import _flusher
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 512 KiB tmpfs, unmounted afterwards whatever happens."""
+    d = tmp_path / "disk"
+    d.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no `mount` command: cannot make a small disk to fill")
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(d)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): {proc.stderr.strip()}")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def fill(disk: Path, leave: int) -> Path:
+    """Fill ``disk`` and then give back about ``leave`` bytes; the filler's path."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"x" * 65536)
+        with contextlib.suppress(OSError):
+            while True:
+                os.write(fd, b"x")
+        os.ftruncate(fd, max(0, os.fstat(fd).st_size - leave))
+    finally:
+        os.close(fd)
+    return filler
+
+
+def record(i: int) -> RequestRecord:
+    return RequestRecord(user=i % 7, conversation=1, round=i, turn=1, error="e" * 400)
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    """Every line of a JSONL file; fails the test on any line that is not valid JSON."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    assert not data or data.endswith(b"\n"), "the file ends in a partial line"
+    return [orjson.loads(x) for x in data.splitlines()]
+
+
+def test_values_orjson_cannot_write_become_null_and_are_named(tmp_path: Path) -> None:
+    rec = record(1)
+    rec.prompt_tokens = 2**64
+    rec.completion_tokens = -(2**64)
+    rec.server_timings = {"prompt_n": 2**70, "ok": 3, "nested": [1, 2**65]}
+    seen: list[RunEvent] = []
+    r = Recorder(tmp_path, on_event=seen.append)
+    r.write_request(rec)
+    r.write("server", {"t": 1.0, "kv_blocks": 2**64 + 5, "fine": "yes"})
+    r.event(RunEvent(2.0, "restart", "counter went back", "error", data={"was": 2**80}))
+    r.close()
+    [req] = lines(tmp_path / "requests.jsonl")
+    assert req["prompt_tokens"] is None and req["completion_tokens"] is None
+    assert req["server_timings"] == {"prompt_n": None, "ok": 3, "nested": [1, None]}
+    assert req["unserializable"] == [
+        "prompt_tokens",
+        "completion_tokens",
+        "server_timings.prompt_n",
+        "server_timings.nested[1]",
+    ]
+    assert req["round"] == 1 and req["error"] == "e" * 400  # the rest is intact
+    [srv] = lines(tmp_path / "server.jsonl")
+    assert srv == {"t": 1.0, "kv_blocks": None, "fine": "yes", "unserializable": ["kv_blocks"]}
+    [ev] = lines(tmp_path / "events.jsonl")
+    assert ev["data"] == {"was": None} and ev["unserializable"] == ["data.was"]
+    assert [e.kind for e in seen] == ["restart"]
+    assert r.requests_written == r.requests_recorded == 1
+
+
+def test_state_json_counts_sent_recorded_and_in_flight(tmp_path: Path) -> None:
+    r = Recorder(tmp_path, clock=lambda: 12.5)
+    recs = [record(i) for i in range(3)]
+    for rec in recs:
+        r.request_started(rec)
+    recs[1].t_start = 4.25
+    r.write_request(recs[0])
+    r.flush()
+    state = orjson.loads((tmp_path / "state.json").read_bytes())
+    assert state["t"] == 12.5 and state["finished"] is False
+    assert (state["sent"], state["recorded"], state["in_flight_count"]) == (3, 1, 2)
+    assert state["in_flight"][0] == {"user": 1, "round": 1, "phase": "main", "t_start": 4.25}
+    r.write_request(recs[1])
+    r.write_request(recs[2])
+    r.close()
+    state = orjson.loads((tmp_path / "state.json").read_bytes())
+    assert (state["sent"], state["recorded"], state["in_flight_count"]) == (3, 3, 0)
+    assert state["finished"] is True
+    assert not (tmp_path / "state.json.tmp").exists()
+
+
+def test_a_full_disk_loses_no_line_and_leaves_the_file_valid(small_disk: Path) -> None:
+    """A write that fills the disk part-way is cut back to the last whole line and kept;
+    once there is room again, every record is written exactly once, in order."""
+    seen: list[RunEvent] = []
+    r = Recorder(small_disk, on_event=seen.append)
+    r.write_request(record(0))
+    assert r.flush()
+    filler = fill(small_disk, leave=8192)
+    for i in range(1, 60):  # ~60 KiB: far more than the room left
+        r.write_request(record(i))
+    assert not r.flush()
+    on_disk = lines(small_disk / "requests.jsonl")  # whole lines kept, the torn end cut off
+    assert 1 < len(on_disk) < 60 and [x["round"] for x in on_disk] == list(range(len(on_disk)))
+    assert r.requests_recorded == len(on_disk) and r.unwritten_requests == 60 - len(on_disk)
+    assert not r.flush()  # still full: still kept, and reported once only
+    assert len(lines(small_disk / "requests.jsonl")) == len(on_disk)
+    [ev] = seen
+    assert ev.kind == "recorder_failed" and ev.severity == "error"
+    assert ev.data == {"stream": "requests", "error": "No space left on device"}
+    assert isinstance(r.error, OSError)
+    filler.unlink()
+    r.close()
+    got = lines(small_disk / "requests.jsonl")
+    assert [x["round"] for x in got] == list(range(60))
+    assert r.requests_recorded == 60 and r.unwritten_requests == 0
+    # the failure event itself reached the file once there was room
+    assert [e["kind"] for e in lines(small_disk / "events.jsonl")] == ["recorder_failed"]
+
+
+def test_a_file_that_cannot_be_cut_back_gets_no_duplicate_and_no_torn_line(
+    tmp_path: Path,
+) -> None:
+    """/dev/full takes nothing and cannot be truncated: the lines stay in the buffer."""
+    (tmp_path / "requests.jsonl").symlink_to("/dev/full")
+    seen: list[RunEvent] = []
+    r = Recorder(tmp_path, on_event=seen.append)
+    r.write_request(record(0))
+    r.write_request(record(1))
+    assert not r.flush()
+    assert r.unwritten_requests == 2 and r.requests_recorded == 0
+    r.close()  # retries, fails again, does not raise
+    assert [e.kind for e in seen] == ["recorder_failed"]
+    assert orjson.loads((tmp_path / "state.json").read_bytes())["finished"] is True
+
+
+async def test_the_flusher_stops_the_run_when_a_write_fails(small_disk: Path) -> None:
+    """The flusher survives the failure, reports it live, and asks the run to stop."""
+    seen: list[RunEvent] = []
+    r = Recorder(small_disk, on_event=seen.append)
+    fill(small_disk, leave=0)
+    stops: list[str] = []
+    stopped = asyncio.Event()
+
+    def on_failure() -> None:
+        stops.append("recorder_failed")
+        stopped.set()
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(_flusher(r, stop, on_failure))
+    r.write_request(record(0))
+    await asyncio.wait_for(stopped.wait(), timeout=30)  # the flusher runs once a second
+    assert not task.done()  # it did not die
+    r.write_request(record(1))
+    stop.set()
+    await asyncio.wait_for(task, timeout=30)
+    assert stops and set(stops) == {"recorder_failed"}
+    assert [e.kind for e in seen] == ["recorder_failed"]
+    assert r.unwritten_requests == 2
+    assert lines(small_disk / "requests.jsonl") == []
