@@ -2,7 +2,8 @@
 
 Subcommands: run, validate, report, sim, probe, gpus. Every user-facing failure is one
 line on stderr (what, where, how to fix) and a non-zero exit code, never a traceback:
-2 for bad input (scenario, options), 1 for an unusable target or run directory.
+2 for bad input (scenario, options), 1 for an unusable target or run directory (also a
+bad ``--out`` and damaged run files), 70 only for a bug of ours.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import os
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 from stress import __version__
 from stress.durations import parse_duration
-from stress.errors import ScenarioError, StressError
+from stress.errors import RunDirError, ScenarioError, StressError
 from stress.secrets import REDACTOR
 
 T = TypeVar("T")
@@ -35,6 +36,13 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return result
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (what, where, fix), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} -- fix: see `{self.prog} --help`\n")
+
+
 def _duration_arg(text: str) -> float:
     try:
         return parse_duration(text)
@@ -48,8 +56,30 @@ def _positive_int(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
+        raise argparse.ArgumentTypeError(f"{value} is below 1; give at least 1")
     return value
+
+
+def _usable_out(out: Path) -> Path:
+    """The ``--out`` folder, created if needed; ``RunDirError`` (exit 1, one line) when it
+    is a file or cannot be written, before the run starts anything."""
+    if out.exists() and not out.is_dir():
+        raise RunDirError(
+            f"--out {out}: is a file, not a folder -- fix: give a folder for run directories"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RunDirError(
+            f"--out {out}: cannot create the folder ({e.strerror or e}) -- fix: give a folder "
+            "you may write to"
+        ) from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise RunDirError(
+            f"--out {out}: the folder is not writable -- fix: give a folder you may write to "
+            "(or chmod u+w it)"
+        )
+    return out
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -58,11 +88,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     failed = 0
     for path in args.files:
         try:
-            loaded = load_scenario(path)
+            loaded = load_scenario(path, corpus_roots=args.corpus_root or ())
         except ScenarioError as e:
             failed += 1
             for problem in e.problems:
-                print(problem.render(), file=sys.stderr)
+                print(REDACTOR.text(problem.render()), file=sys.stderr)
             continue
         sc = loaded.scenario
         bound = []
@@ -82,10 +112,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from stress.run import execute
     from stress.scenario import load_scenario, with_overrides
 
-    loaded = load_scenario(args.scenario)
+    loaded = load_scenario(args.scenario, corpus_roots=args.corpus_root or ())
     loaded = with_overrides(
         loaded, users=args.users, duration=args.duration, target=args.target, rounds=args.rounds
     )
+    _usable_out(Path(args.out))
     ui: Literal["headless", "tui"] = "headless"
     tty = sys.stdout.isatty() and sys.stdin.isatty()
     if not args.no_tui and tty and importlib.util.find_spec("stress.tui") is not None:
@@ -96,9 +127,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if outcome.exit_reason != "crashed" else 1
 
 
-def _optional(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, module: str, help_: str
-) -> None:
+def _optional(sub: argparse._SubParsersAction[_Parser], name: str, module: str, help_: str) -> None:
     """Subcommands whose module may not exist yet in this build."""
     try:
         mod = importlib.import_module(module)
@@ -110,7 +139,7 @@ def _optional(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="stress",
         description="Load and soak tester for self-hosted LLM inference servers.",
     )
@@ -135,28 +164,47 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="seconds between headless status lines",
     )
+    _corpus_root_arg(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check scenario files")
     p.add_argument("files", nargs="+")
+    _corpus_root_arg(p)
     p.set_defaults(func=cmd_validate)
 
     from stress.report import cli as report_cli
 
+    # these read run directories: a damaged file there is exit 1 with its path, not a bug
     p = sub.add_parser("report", help="write report.md and report.html for a run directory")
     report_cli.add_report_arguments(p)
-    p.set_defaults(func=report_cli.report_main)
+    p.set_defaults(func=report_cli.report_main, reads_runs=True)
     p = sub.add_parser("compare", help="compare runs, with the run-to-run noise")
     report_cli.add_compare_arguments(p)
-    p.set_defaults(func=report_cli.compare_main)
+    p.set_defaults(func=report_cli.compare_main, reads_runs=True)
     p = sub.add_parser("ls", help="the archive: one line per run")
     report_cli.add_ls_arguments(p)
-    p.set_defaults(func=report_cli.ls_main)
+    p.set_defaults(func=report_cli.ls_main, reads_runs=True)
 
     _optional(sub, "sim", "stress.sim.cli", "run the built-in simulated inference server")
     _optional(sub, "probe", "stress.probe_cli", "check a server before a long run")
     _optional(sub, "gpus", "stress.gpus_cli", "list GPUs and their telemetry support")
     return parser
+
+
+def _corpus_root_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--corpus-root",
+        action="append",
+        metavar="DIR",
+        help="also allow paste corpora under DIR (repeatable; the scenario's folder, the "
+        "bundled corpora/ and $STRESS_CORPUS_ROOTS are always allowed)",
+    )
+
+
+def _run_files(args: argparse.Namespace) -> str:
+    names = [getattr(args, n, None) for n in ("run_dir", "dir")]
+    names += getattr(args, "run_dirs", None) or []
+    return ", ".join(str(n) for n in names if n) or "the run directory"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,15 +226,42 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except Exception as e:  # a bug of ours: one line, the details on request
-        if os.environ.get("STRESS_DEBUG"):
-            raise
+    except OSError as e:  # the machine, not us: a full disk, a permission, a vanished file
+        where = e.filename or (_run_files(args) if getattr(args, "reads_runs", False) else "")
+        what = e.strerror or str(e) or type(e).__name__
         print(
-            f"stress: internal error: {type(e).__name__}: {REDACTOR.text(str(e))} -- "
-            "run again with STRESS_DEBUG=1 for the traceback and please report it",
+            REDACTOR.text(
+                f"stress: {where + ': ' if where else ''}{what} -- fix: check the path, its "
+                "permissions and the free disk space"
+            ),
             file=sys.stderr,
         )
-        return 70
+        return 1
+    except ValueError as e:
+        if not getattr(args, "reads_runs", False):
+            return _internal_error(e)
+        print(
+            REDACTOR.text(
+                f"stress: {_run_files(args)}: damaged run files ({type(e).__name__}: "
+                f"{str(e).splitlines()[0] if str(e) else 'unreadable'}) -- fix: check the "
+                "files named, or remove the damaged run"
+            ),
+            file=sys.stderr,
+        )
+        return 1
+    except Exception as e:  # a bug of ours: one line, the details on request
+        return _internal_error(e)
+
+
+def _internal_error(e: Exception) -> int:
+    if os.environ.get("STRESS_DEBUG"):
+        raise e
+    print(
+        f"stress: internal error: {type(e).__name__}: {REDACTOR.text(str(e))} -- "
+        "run again with STRESS_DEBUG=1 for the traceback and please report it",
+        file=sys.stderr,
+    )
+    return 70
 
 
 if __name__ == "__main__":

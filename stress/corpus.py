@@ -9,11 +9,15 @@ short, so a "paste" reads like a real chunk of a real document.
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from stress.errors import CorpusError
 from stress.tokens import Tokenizer, get_tokenizer
 
 SUFFIXES = {".txt", ".md"}
@@ -21,20 +25,150 @@ _SKIP = re.compile(r"^(README|NOTICE|LICEN[CS]E|COPYING)", re.IGNORECASE)
 """A corpus folder's own paperwork is not pasted."""
 
 
+BUNDLED = Path(__file__).resolve().parent.parent / "corpora"
+"""The documents shipped with stress (the repository's ``corpora/``)."""
+ROOTS_ENV = "STRESS_CORPUS_ROOTS"
+"""Extra folders a corpus may live in, separated by ``os.pathsep`` (``:`` on Linux)."""
+_FORBIDDEN = tuple(Path(p) for p in ("/proc", "/dev", "/sys"))
+MAX_DOCUMENT_BYTES = 64 << 20
+"""A single document above this is refused: a paste never needs more, and reading a
+huge file into memory per run is how a typo (a disk image, a log) freezes the machine."""
+
+_FIX_FOLDER = "point it at a folder of .txt/.md files (relative to the scenario file)"
+
+
+def allowed_roots(scenario_dir: Path, extra: Iterable[str | Path] = ()) -> list[Path]:
+    """Where a corpus may live: the scenario's folder, the bundled ``corpora/``, the
+    folders in ``$STRESS_CORPUS_ROOTS`` and any given with ``--corpus-root``."""
+    env = [r for r in os.environ.get(ROOTS_ENV, "").split(os.pathsep) if r.strip()]
+    roots = [scenario_dir, BUNDLED, *map(Path, env), *map(Path, extra)]
+    out: list[Path] = []
+    for r in roots:
+        resolved = Path(os.path.expanduser(r)).resolve()
+        if resolved not in out:
+            out.append(resolved)
+    return out
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def confine(corpus: Path, roots: list[Path]) -> Path:
+    """The corpus path with symlinks resolved, if it lies under one of ``roots``;
+    raises ``CorpusError`` otherwise (a corpus is pasted into every chat body, so a path
+    like ``/proc/self/environ`` would send the environment, keys included, to the server)."""
+    real = corpus.resolve()
+    if any(_under(real, bad) for bad in _FORBIDDEN) or not any(_under(real, r) for r in roots):
+        where = ", ".join(str(r) for r in roots)
+        raise CorpusError(
+            str(corpus),
+            f"corpus {str(real)!r} is outside the folders a corpus may come from ({where})",
+            f"move the documents under the scenario's folder, or allow their folder with "
+            f"--corpus-root DIR or {ROOTS_ENV}=DIR",
+        )
+    return real
+
+
+def _document(path: Path, root: Path) -> bool:
+    """Whether ``path`` is a document of the corpus at ``root``: a regular ``.txt`` /
+    ``.md`` file whose real location (symlinks resolved) is inside the corpus."""
+    real = path.resolve()
+    if not _under(real, root) or any(_under(real, bad) for bad in _FORBIDDEN):
+        return False
+    if real.suffix.lower() not in SUFFIXES or path.suffix.lower() not in SUFFIXES:
+        return False
+    try:
+        return stat.S_ISREG(real.stat().st_mode)
+    except OSError:
+        return False
+
+
 def corpus_files(root: Path) -> list[Path]:
-    """The documents under ``root``; raises ``OSError`` if it cannot be read."""
-    if root.is_file():
-        return [root]
-    if not root.is_dir():
-        raise FileNotFoundError(2, "no such file or folder", str(root))
-    return sorted(
-        p
-        for p in root.rglob("*")
-        if p.suffix.lower() in SUFFIXES
-        and p.is_file()
-        and not _SKIP.match(p.name)
-        and "LICENSES" not in p.relative_to(root).parts
-    )
+    """The documents under ``root``: regular ``.txt`` / ``.md`` files, symlinks resolved
+    and kept only when they stay inside ``root``, never anything under /proc, /dev or /sys.
+
+    Raises ``CorpusError`` (one line, path and fix) when ``root`` is missing, a special
+    file, or cannot be listed.
+    """
+    real = root.resolve()
+    if any(_under(real, bad) for bad in _FORBIDDEN):
+        raise CorpusError(
+            str(root), f"corpus {str(root)!r} is a system path, not documents", _FIX_FOLDER
+        )
+    if real.is_file():
+        if real.suffix.lower() not in SUFFIXES or not _document(root, real.parent):
+            raise CorpusError(
+                str(root),
+                f"corpus file {str(root)!r} is not a regular .txt or .md file",
+                "give a .txt/.md file or a folder of them",
+            )
+        return [real]
+    if not real.exists():
+        raise CorpusError(str(root), f"corpus {str(root)!r} does not exist", _FIX_FOLDER)
+    if not real.is_dir():
+        raise CorpusError(
+            str(root), f"corpus {str(root)!r} is not a regular file or folder", _FIX_FOLDER
+        )
+    try:
+        found = sorted(
+            p
+            for p in real.rglob("*")
+            if p.suffix.lower() in SUFFIXES
+            and not _SKIP.match(p.name)
+            and "LICENSES" not in p.relative_to(real).parts
+            and _document(p, real)
+        )
+    except OSError as e:
+        raise CorpusError(
+            str(root),
+            f"cannot list corpus {str(root)!r} ({e.strerror or e})",
+            "make the folder readable (chmod) or point at another one",
+        ) from None
+    return found
+
+
+def has_text(path: Path) -> bool:
+    """Whether the document holds anything but whitespace; raises ``CorpusError`` when it
+    cannot be read or is too large."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_DOCUMENT_BYTES:
+            raise CorpusError(
+                str(path),
+                f"document {str(path)!r} is {size / (1 << 20):.0f} MiB; the limit is "
+                f"{MAX_DOCUMENT_BYTES >> 20} MiB per document",
+                "split it into smaller files or remove it from the corpus",
+            )
+        with path.open("rb") as f:
+            while block := f.read(1 << 16):
+                if block.strip():
+                    return True
+    except OSError as e:
+        raise CorpusError(
+            str(path),
+            f"cannot read document {str(path)!r} ({e.strerror or e})",
+            "make it readable (chmod) or remove it from the corpus",
+        ) from None
+    return False
+
+
+def check_corpus(root: Path) -> list[Path]:
+    """The corpus's documents, after checking that at least one of them holds text."""
+    files = corpus_files(root)
+    if not files:
+        raise CorpusError(
+            str(root),
+            f"corpus {str(root)!r} holds no .txt or .md files",
+            "add documents or point at another folder",
+        )
+    if not any(has_text(f) for f in files):
+        raise CorpusError(
+            str(root),
+            f"corpus {str(root)!r} has only empty documents",
+            "add text to them or point at another folder",
+        )
+    return files
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +191,8 @@ class Corpus:
         self.tok = tokenizer or get_tokenizer()
         self.docs: list[_Doc] = []
         for path in corpus_files(root):
+            if not has_text(path):
+                continue
             text = path.read_text(encoding="utf-8", errors="replace")
             paras = [p.strip() for p in text.replace("\r\n", "\n").split("\n\n")]
             paras = [p for p in paras if p]
@@ -64,7 +200,11 @@ class Corpus:
                 counts = [self.tok.count(p) for p in paras]
                 self.docs.append(_Doc(path.name, paras, counts))
         if not self.docs:
-            raise FileNotFoundError(2, "no readable .txt/.md documents", str(root))
+            raise CorpusError(
+                str(root),
+                f"corpus {str(root)!r} holds no .txt or .md document with text",
+                "add documents or point at another folder",
+            )
         self._weights = [sum(d.counts) for d in self.docs]
         self.total_tokens = sum(self._weights)
 

@@ -11,31 +11,87 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 import os
 import re
+import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import orjson
 import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from stress.durations import parse_duration
-from stress.errors import Problem, ScenarioError
+from stress.errors import CorpusError, Problem, ScenarioError
 from stress.yamlpos import Located, load_located
 
-Duration = Annotated[float, BeforeValidator(parse_duration)]
+# --- limits: every number a run uses is bounded, so a value that validates also runs ----
+
+MAX_SCENARIO_BYTES = 1 << 20
+"""Scenario files above 1 MiB are refused before parsing (a 50 MB file took 98 s)."""
+MAX_YAML_NODES = 100_000
+"""YAML nodes after alias expansion: a 1.5 KB alias bomb expands to billions."""
+MAX_YAML_DEPTH = 64
+MAX_USERS = 10_000
+"""Simulated users per process: one event loop cannot drive more (100,000 froze the
+process and ignored Ctrl-C); run several processes for more."""
+MAX_TOKENS = 100_000_000
+"""Tokens in one request (paste, ceiling, max_tokens): far above any model's context."""
+MAX_TOTAL_TOKENS = 2**53
+"""Token sums stay exact in a float (and in JSON readers that use doubles)."""
+MAX_ROUNDS = 1_000_000
+MAX_COUNT = 2**31 - 1
+MAX_DURATION_S = 30 * 86_400.0
+"""Thirty days: longer than any soak; beyond it timers overflow in some event loops."""
+MIN_TELEMETRY_INTERVAL_S = 0.1
+
+
+def _no_bool(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not true/false -- fix: write a number")
+    return value
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number -- fix: write a number such as 30s or 5m")
+    return value
+
+
+Int = Annotated[int, Strict()]
+"""A whole number, strictly: ``true``, ``3.0`` and ``"3"`` are refused."""
+Float = Annotated[float, BeforeValidator(_no_bool)]
+Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, le=MAX_DURATION_S)]
+"""Seconds, from ``30s`` / ``5m`` / a number; finite, at most thirty days."""
+PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=MAX_DURATION_S)]
+TokenRange = tuple[Int, Int]
+
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
+_AUTH_HEADERS = {"authorization", "x-api-key", "api-key", "proxy-authorization"}
+
+
+class _FieldError(ValueError):
+    """A model-level check's error, with the path (below the model) it is about, so the
+    one-line message names the right field and line instead of the file's first line."""
+
+    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ThinkTime(_Model):
@@ -49,14 +105,20 @@ class ThinkTime(_Model):
     @model_validator(mode="after")
     def _check(self) -> ThinkTime:
         if self.max < self.min:
-            raise ValueError("think_time.max must be at least think_time.min")
+            raise _FieldError(
+                ("max",), "think_time.max must be at least think_time.min -- fix: raise max"
+            )
         if self.distribution == "exponential" and self.mean is None:
-            raise ValueError("an exponential think time needs `mean`")
+            raise _FieldError(
+                ("distribution",),
+                "an exponential think time needs `mean` -- fix: add mean: 20s (or another "
+                "distribution)",
+            )
         return self
 
 
 class Users(_Model):
-    count: int = Field(default=1, ge=1, le=100_000)
+    count: Int = Field(default=1, ge=1, le=MAX_USERS)
     ramp_up: Duration = 0.0
     think_time: ThinkTime = ThinkTime()
 
@@ -72,7 +134,31 @@ class Target(_Model):
     server: Literal["auto", "vllm", "sglang", "llamacpp", "openai"] = "auto"
     tokenizer: Literal["auto", "tiktoken", "server"] = "auto"
     headers: dict[str, str] = Field(default_factory=dict)
+    """Extra request headers. A secret header is refused in the file (see load_scenario);
+    ``Authorization: Basic`` is only ever derived from credentials in ``url``."""
     sim: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _credentials(cls, data: Any) -> Any:
+        """``http://user:pw@host`` becomes ``http://host`` plus a Basic Authorization header,
+        and the credentials are registered with the redactor, so the URL can be written to
+        the manifest and printed without them."""
+        if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+            return data
+        from stress.secrets import split_url_credentials
+
+        try:
+            url, auth = split_url_credentials(data["url"].strip())
+        except ValueError as e:
+            raise _FieldError(("url",), str(e)) from None
+        if auth is None:
+            return data
+        given = data.get("headers")
+        headers: dict[Any, Any] = given if isinstance(given, dict) else {}
+        if not any(str(k).lower() == "authorization" for k in headers):
+            headers = {**headers, "Authorization": auth}
+        return {**data, "url": url, "headers": headers}
 
     @field_validator("api_key_env")
     @classmethod
@@ -86,32 +172,56 @@ class Target(_Model):
 
     @field_validator("headers")
     @classmethod
-    def _no_auth_header(cls, v: dict[str, str]) -> dict[str, str]:
-        for name in v:
-            if name.lower() in {"authorization", "x-api-key", "api-key", "proxy-authorization"}:
-                raise ValueError(
-                    f"header {name!r} would put a secret in the scenario; use api_key_env"
+    def _header_syntax(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, value in v.items():
+            if not _HEADER_NAME.match(name):
+                raise _FieldError(
+                    (name,),
+                    f"{name!r} is not a valid HTTP header name -- fix: use letters, digits "
+                    "and '-' only",
+                )
+            if any(c in value for c in "\r\n\0"):
+                raise _FieldError(
+                    (name,),
+                    "a header value cannot contain a line break or NUL -- fix: remove it",
                 )
         return v
 
     @field_validator("url")
     @classmethod
     def _url(cls, v: str) -> str:
-        if v != "sim" and not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError("target.url must be http(s)://host:port or `sim`")
+        v = v.strip()
+        if v == "sim":
+            return v
+        m = re.match(r"^https?://([^/\s?#]+)", v)
+        if not m:
+            raise ValueError(
+                "target.url must be http(s)://host:port or `sim` -- fix: e.g. http://127.0.0.1:8000"
+            )
+        if "?" in v or "#" in v:
+            raise ValueError(
+                "target.url is the server root, without ?query or #fragment -- fix: remove "
+                "them (put a key in the variable that target.api_key_env names)"
+            )
+        port = m.group(1).rpartition(":")[2] if not m.group(1).endswith("]") else ""
+        if port and port.isdigit() and not 1 <= int(port) <= 65535:
+            raise ValueError(f"port {port} is out of range -- fix: use a port from 1 to 65535")
         return v.rstrip("/")
 
 
 class Paste(_Model):
-    corpus: str
-    tokens: tuple[int, int]
+    corpus: str = Field(min_length=1)
+    tokens: TokenRange
 
     @field_validator("tokens")
     @classmethod
     def _range(cls, v: tuple[int, int]) -> tuple[int, int]:
         lo, hi = v
-        if lo < 1 or hi < lo:
-            raise ValueError("tokens is [min, max] with 1 <= min <= max")
+        if lo < 1 or hi < lo or hi > MAX_TOKENS:
+            raise ValueError(
+                f"tokens is [min, max] with 1 <= min <= max <= {MAX_TOKENS:,} -- fix: e.g. "
+                "[1000, 4000]"
+            )
         return v
 
 
@@ -125,64 +235,100 @@ class Turn(_Model):
 class ConversationSpec(_Model):
     system_prompt: str = "You are a helpful assistant."
     cache: Literal["per_user", "cold", "shared"] = "per_user"
-    ceiling_tokens: int = Field(default=32_000, ge=256)
+    ceiling_tokens: Int = Field(default=32_000, ge=256, le=MAX_TOKENS)
     keep_reasoning: bool = False
     turn: Turn
 
     @model_validator(mode="after")
     def _paste_fits(self) -> ConversationSpec:
         if self.turn.paste and self.turn.paste.tokens[1] >= self.ceiling_tokens:
-            raise ValueError(
-                "turn.paste.tokens max must be below ceiling_tokens, or no turn ever fits"
+            raise _FieldError(
+                ("turn", "paste", "tokens"),
+                "the paste's max must be below conversation.ceiling_tokens, or no turn ever "
+                "fits -- fix: lower the max or raise ceiling_tokens",
             )
         return self
 
 
 class RequestSpec(_Model):
-    max_tokens: int = Field(default=1024, ge=1)
-    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    max_tokens: Int = Field(default=1024, ge=1, le=MAX_TOKENS)
+    temperature: Float = Field(default=0.7, ge=0.0, le=2.0)
+    top_p: Float | None = Field(default=None, gt=0.0, le=1.0)
     reasoning: Literal["auto", "on", "off"] = "auto"
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("extra_body")
+    @classmethod
+    def _json_safe(cls, v: dict[str, Any]) -> dict[str, Any]:
+        """Every request body is written with orjson: check once here that it can be."""
+        _check_json_value(v, ())
+        return v
+
+
+def _check_json_value(v: Any, loc: tuple[str | int, ...]) -> None:
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return
+    if isinstance(v, int):
+        if not -(2**63) <= v < 2**64:
+            raise _FieldError(
+                loc, "this integer does not fit in 64 bits -- fix: use a smaller number"
+            )
+    elif isinstance(v, float):
+        if not math.isfinite(v):
+            raise _FieldError(loc, "JSON has no NaN or infinity -- fix: write a finite number")
+    elif isinstance(v, dict):
+        for key, item in v.items():
+            _check_json_value(item, (*loc, str(key)))
+    elif isinstance(v, list):
+        for i, item in enumerate(v):
+            _check_json_value(item, (*loc, i))
+    else:
+        try:
+            orjson.dumps(v)
+        except TypeError:
+            raise _FieldError(
+                loc, f"a {type(v).__name__} cannot be sent as JSON -- fix: write a string"
+            ) from None
+
 
 class Timeouts(_Model):
-    connect: Duration = 10.0
-    first_token: Duration = 300.0
-    stall: Duration = 120.0
-    total: Duration = 1800.0
+    connect: PositiveDuration = 10.0
+    first_token: PositiveDuration = 300.0
+    stall: PositiveDuration = 120.0
+    total: PositiveDuration = 1800.0
     drain: Duration = 60.0
-    """Grace period for in-flight requests once the run stops starting new turns."""
+    """Grace period for in-flight requests once the run stops starting new turns (0: none)."""
 
 
 class Warmup(_Model):
-    rounds: int = Field(default=0, ge=0)
+    rounds: Int = Field(default=0, ge=0, le=MAX_ROUNDS)
 
 
 class Limits(_Model):
-    max_total_tokens: int | None = Field(default=None, ge=1)
-    max_error_rate: float | None = Field(default=None, gt=0.0, le=1.0)
-    min_requests: int = Field(default=20, ge=1)
+    max_total_tokens: Int | None = Field(default=None, ge=1, le=MAX_TOTAL_TOKENS)
+    max_error_rate: Float | None = Field(default=None, gt=0.0, le=1.0)
+    min_requests: Int = Field(default=20, ge=1, le=MAX_COUNT)
     """Requests needed before max_error_rate is judged."""
 
 
 class Telemetry(_Model):
-    interval: Duration = 1.0
-    hang_after: Duration = 60.0
+    interval: Duration = Field(default=1.0, ge=MIN_TELEMETRY_INTERVAL_S)
+    """Seconds between collector samples; at least 0.1 s (0 killed both collectors)."""
+    hang_after: PositiveDuration = 60.0
     """Requests in flight and not a byte on any stream for this long: a suspected hang."""
     server_metrics: bool = True
     gpus: Literal["auto", "off"] | list[str] = "auto"
 
 
 class Slo(_Model):
-    ttft_p95: Duration | None = None
-    decode_tok_s_p50: float | None = Field(default=None, gt=0)
+    ttft_p95: PositiveDuration | None = None
+    decode_tok_s_p50: Float | None = Field(default=None, gt=0, le=1e9)
 
 
 class Connection(_Model):
     reuse: bool = True
     """Keep-alive pooling. Either way a request that exchanged nothing is retried once."""
-    limit: int | None = Field(default=None, ge=1)
+    limit: Int | None = Field(default=None, ge=1, le=65_535)
 
 
 class Phase(_Model):
@@ -193,20 +339,23 @@ class Phase(_Model):
     compiles kernels)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=48)
-    users: int | None = Field(default=None, ge=1, le=100_000)
-    duration: Duration | None = None
-    rounds: int | None = Field(default=None, ge=1)
-    warmup_rounds: int | None = Field(default=None, ge=0)
-    paste_tokens: tuple[int, int] | None = None
+    users: Int | None = Field(default=None, ge=1, le=MAX_USERS)
+    duration: PositiveDuration | None = None
+    rounds: Int | None = Field(default=None, ge=1, le=MAX_ROUNDS)
+    warmup_rounds: Int | None = Field(default=None, ge=0, le=MAX_ROUNDS)
+    paste_tokens: TokenRange | None = None
     ask: list[str] | None = Field(default=None, min_length=1)
     think_time: ThinkTime | None = None
-    repeat: int = Field(default=1, ge=1, le=100)
+    repeat: Int = Field(default=1, ge=1, le=100)
 
     @field_validator("paste_tokens")
     @classmethod
     def _range(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
-        if v is not None and (v[0] < 1 or v[1] < v[0]):
-            raise ValueError("paste_tokens is [min, max] with 1 <= min <= max")
+        if v is not None and (v[0] < 1 or v[1] < v[0] or v[1] > MAX_TOKENS):
+            raise ValueError(
+                f"paste_tokens is [min, max] with 1 <= min <= max <= {MAX_TOKENS:,} -- fix: "
+                "e.g. [1000, 4000]"
+            )
         return v
 
 
@@ -215,8 +364,8 @@ class Scenario(_Model):
     description: str = ""
     target: Target = Target()
     users: Users = Users()
-    duration: Duration | None = None
-    rounds: int | None = Field(default=None, ge=1)
+    duration: PositiveDuration | None = None
+    rounds: Int | None = Field(default=None, ge=1, le=MAX_ROUNDS)
     conversation: ConversationSpec
     request: RequestSpec = RequestSpec()
     timeouts: Timeouts = Timeouts()
@@ -227,38 +376,50 @@ class Scenario(_Model):
     connection: Connection = Connection()
     phases: list[Phase] = Field(default_factory=list)
     """Optional sweep: run these steps one after another instead of one steady run."""
-    seed: int = 0
+    seed: Int = Field(default=0, ge=0, le=2**63 - 1)
 
     @model_validator(mode="after")
     def _bounded(self) -> Scenario:
         if self.phases:
-            for ph in self.phases:
+            for i, ph in enumerate(self.phases):
                 if (
                     ph.duration is None
                     and ph.rounds is None
                     and (self.duration is None and self.rounds is None)
                 ):
-                    raise ValueError(
-                        f"phase {ph.name!r} needs `duration` or `rounds` (or set them at the "
-                        "top level for every phase)"
+                    raise _FieldError(
+                        ("phases", i),
+                        f"phase {ph.name!r} needs `duration` or `rounds` -- fix: add one to "
+                        "the phase, or set them at the top level for every phase",
                     )
-            names = [ph.name for ph in self.phases]
-            if len(set(names)) != len(names):
-                raise ValueError("phase names must be unique")
+            seen: set[str] = set()
+            for i, ph in enumerate(self.phases):
+                if ph.name in seen:
+                    raise _FieldError(
+                        ("phases", i, "name"),
+                        f"phase name {ph.name!r} is used twice -- fix: give each phase its "
+                        "own name",
+                    )
+                seen.add(ph.name)
             paste = self.conversation.turn.paste
-            for ph in self.phases:
+            for i, ph in enumerate(self.phases):
                 if ph.paste_tokens and not paste:
-                    raise ValueError(
-                        f"phase {ph.name!r} sets paste_tokens but the turn has no paste"
+                    raise _FieldError(
+                        ("phases", i, "paste_tokens"),
+                        f"phase {ph.name!r} sets paste_tokens but the turn has no paste -- "
+                        "fix: add conversation.turn.paste or remove paste_tokens",
                     )
                 if ph.paste_tokens and ph.paste_tokens[1] >= self.conversation.ceiling_tokens:
-                    raise ValueError(
-                        f"phase {ph.name!r}: paste_tokens max must be below ceiling_tokens"
+                    raise _FieldError(
+                        ("phases", i, "paste_tokens"),
+                        f"phase {ph.name!r}: paste_tokens max must be below "
+                        "conversation.ceiling_tokens -- fix: lower it or raise ceiling_tokens",
                     )
         elif self.duration is None and self.rounds is None:
-            raise ValueError("a run needs `duration` (e.g. 60m) or `rounds` (per user), or both")
-        if self.duration is not None and self.duration <= 0:
-            raise ValueError("duration must be positive")
+            raise ValueError(
+                "a run needs `duration` or `rounds` -- fix: add `duration: 60m` or `rounds: N` "
+                "(per user), or both"
+            )
         return self
 
 
@@ -347,12 +508,31 @@ def _fields_at(loc: tuple[str | int, ...]) -> list[str]:
     return list(getattr(model, "model_fields", {})) if model else []
 
 
+_BOUND_FIXES = {
+    "count": f"use at most {MAX_USERS:,} users per process; run several stress processes for more",
+    "users": f"use at most {MAX_USERS:,} users per process; run several stress processes for more",
+    "interval": f"use at least {MIN_TELEMETRY_INTERVAL_S:g}s",
+}
+
+
 def _problem_from_error(file: str, located: Located, err: Any) -> Problem:
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    # a check on a whole model says which field it is about
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, _FieldError):
+        loc = (*loc, *cause.loc)
+    loc = tuple(p for p in loc if p not in ("tuple[...]", "list[...]"))
     field_name = ".".join(str(p) for p in loc)
     kind = err["type"]
     msg = str(err["msg"]).removeprefix("Value error, ")
     line = located.line_of(loc)
+    if " -- fix: " in msg:
+        msg, _, fix = msg.partition(" -- fix: ")
+        return Problem(file, line, field_name, msg, fix)
+    if kind in ("less_than_equal", "greater_than_equal", "greater_than") and loc:
+        bound_fix = _BOUND_FIXES.get(str(loc[-1]))
+        if bound_fix and (kind == "less_than_equal" or loc[-1] == "interval"):
+            return Problem(file, line, field_name, msg, bound_fix)
     if kind == "extra_forbidden":
         known = _fields_at(loc)
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)
@@ -367,9 +547,17 @@ def _problem_from_error(file: str, located: Located, err: Any) -> Problem:
         "less_than_equal": "use a smaller number",
         "greater_than": "use a larger number",
         "int_parsing": "write a whole number",
-        "int_type": "write a whole number",
+        "int_type": "write a whole number (not true/false, not a quoted or decimal number)",
+        "int_from_float": "write a whole number",
         "float_parsing": "write a number",
+        "float_type": "write a number",
+        "finite_number": "write a finite number",
         "bool_parsing": "write true or false",
+        "bool_type": "write true or false",
+        "string_type": 'write text (quote it: "...")',
+        "string_too_short": "write a non-empty value",
+        "too_long": "use a shorter value",
+        "string_too_long": "use a shorter name",
         "literal_error": "use one of the values listed",
         "string_pattern_mismatch": "use letters, digits, '.', '_' and '-' only",
         "too_short": "add at least one item",
@@ -378,33 +566,131 @@ def _problem_from_error(file: str, located: Located, err: Any) -> Problem:
         "dict_type": "write a YAML mapping (key: value)",
         "model_type": "write a YAML mapping (key: value)",
     }
-    return Problem(file, line, field_name, msg, fixes.get(kind, ""))
+    return Problem(file, line, field_name, msg, fixes.get(kind, "see README.md, A scenario"))
 
 
-def load_scenario(path: str | Path, *, check_files: bool = True) -> LoadedScenario:
-    """Load and validate a scenario; raises ``ScenarioError`` listing every problem."""
+def _read_scenario_file(p: Path, file: str) -> bytes:
+    """The file's bytes, refusing folders, devices and FIFOs (``/dev/zero`` would never
+    end) and anything above ``MAX_SCENARIO_BYTES``, with the reason in one line."""
+
+    def fail(message: str, fix: str) -> ScenarioError:
+        return ScenarioError([Problem(file, None, "", message, fix)])
+
+    try:
+        st = p.stat()
+        if stat.S_ISDIR(st.st_mode):
+            raise fail("is a folder, not a scenario file", "give the path of a .yaml file")
+        if not stat.S_ISREG(st.st_mode):
+            raise fail("is not a regular file", "give the path of a .yaml file")
+        if st.st_size > MAX_SCENARIO_BYTES:
+            raise fail(
+                f"the file is {st.st_size:,} bytes; scenario files are limited to "
+                f"{MAX_SCENARIO_BYTES:,} bytes (1 MiB)",
+                "keep documents in the corpus folder, not in the scenario",
+            )
+        with p.open("rb") as f:
+            raw = f.read(MAX_SCENARIO_BYTES + 1)
+    except FileNotFoundError:
+        raise fail("no such file", "check the path") from None
+    except PermissionError:
+        raise fail("permission denied", "make the file readable (chmod u+r)") from None
+    except OSError as e:
+        raise fail(f"cannot read the file ({e.strerror or e})", "check the path") from None
+    if len(raw) > MAX_SCENARIO_BYTES:
+        raise fail(
+            f"the file is larger than the {MAX_SCENARIO_BYTES:,}-byte (1 MiB) limit",
+            "keep documents in the corpus folder, not in the scenario",
+        )
+    return raw
+
+
+def _yaml_shape(text: str, file: str) -> None:
+    """Walk the YAML event stream (linear, nothing built) and refuse what would blow up
+    when loaded: aliases that expand past ``MAX_YAML_NODES`` nodes (an alias bomb),
+    recursive or undefined aliases, nesting deeper than ``MAX_YAML_DEPTH``. Raises
+    ``ScenarioError`` naming the line; ``yaml.YAMLError`` on plain syntax errors."""
+    loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    sizes: dict[str, int] = {}  # anchor -> nodes it expands to
+    stack: list[list[Any]] = []  # open collections: [anchor, nodes so far]
+    total = 0
+
+    def fail(event: Any, message: str, fix: str) -> ScenarioError:
+        return ScenarioError([Problem(file, event.start_mark.line + 1, "(yaml)", message, fix)])
+
+    def close(size: int, anchor: str | None, event: Any) -> None:
+        nonlocal total
+        if anchor is not None:
+            sizes[anchor] = size
+        if stack:
+            stack[-1][1] += size
+        else:
+            total += size
+        if total + sum(s[1] for s in stack) > MAX_YAML_NODES:
+            raise fail(
+                event,
+                f"the YAML expands to more than {MAX_YAML_NODES:,} values (aliases repeating "
+                "aliases)",
+                "write the values out instead of nesting *aliases",
+            )
+
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, yaml.AliasEvent):
+            name = event.anchor
+            if any(open_[0] == name for open_ in stack):
+                raise fail(event, f"alias *{name} refers to itself", "remove the alias")
+            if name not in sizes:
+                raise fail(event, f"alias *{name} has no &{name} anchor before it", "define it")
+            close(sizes[name], None, event)
+        elif isinstance(event, yaml.ScalarEvent):
+            close(1, event.anchor, event)
+        elif isinstance(event, yaml.CollectionStartEvent):
+            if len(stack) >= MAX_YAML_DEPTH:
+                raise fail(
+                    event,
+                    f"the YAML nests deeper than {MAX_YAML_DEPTH} levels",
+                    "flatten the structure",
+                )
+            stack.append([event.anchor, 1])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            anchor, size = stack.pop()
+            close(size, anchor, event)
+
+
+def load_scenario(
+    path: str | Path, *, check_files: bool = True, corpus_roots: Iterable[str | Path] = ()
+) -> LoadedScenario:
+    """Load and validate a scenario; raises ``ScenarioError`` listing every problem.
+
+    ``corpus_roots``: folders a corpus may live in besides the scenario's own folder, the
+    bundled ``corpora/`` and ``$STRESS_CORPUS_ROOTS`` (``--corpus-root``).
+    """
     p = Path(path)
     file = str(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise ScenarioError(
-            [Problem(file, None, "", f"cannot read the file ({e.strerror})", "check the path")]
-        ) from None
+    raw = _read_scenario_file(p, file)
     try:
         text = raw.decode("utf-8")
-    except UnicodeDecodeError:
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
         raise ScenarioError(
-            [Problem(file, None, "", "the file is not UTF-8 text", "save it as UTF-8")]
+            [Problem(file, line, "", "the file is not UTF-8 text", "save it as UTF-8")]
         ) from None
     try:
+        _yaml_shape(text, file)
         located = load_located(text)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        yaml_line = mark.line + 1 if mark is not None else None
         what = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ScenarioError(
-            [Problem(file, line, "(yaml)", f"YAML syntax: {what}", "fix the YAML syntax")]
+            [
+                Problem(
+                    file,
+                    yaml_line,
+                    "(yaml)",
+                    f"YAML syntax: {what}",
+                    "fix the YAML syntax at that line (indentation, quotes, a missing ':')",
+                )
+            ]
         ) from None
     problems: list[Problem] = []
     data = located.data
@@ -429,9 +715,23 @@ def load_scenario(path: str | Path, *, check_files: bool = True) -> LoadedScenar
                 "or target.api_key_file: PATH",
             )
         )
+    target = data.get("target")
+    headers = target.get("headers") if isinstance(target, dict) else None
+    for name in headers if isinstance(headers, dict) else {}:
+        if str(name).lower() in _AUTH_HEADERS:
+            where = ("target", "headers", str(name))
+            problems.append(
+                Problem(
+                    file,
+                    located.line_of(where),
+                    ".".join(where),
+                    "this header would put a secret in the scenario file",
+                    "remove it; set target.api_key_env: NAME (an environment variable) or "
+                    "target.api_key_file: PATH",
+                )
+            )
     if problems:
         raise ScenarioError(problems)
-    target = data.get("target")
     if isinstance(target, dict):
         for key in ("url", "model"):
             if ("target", key) in _INTERPOLATED and isinstance(target.get(key), str):
@@ -446,7 +746,7 @@ def load_scenario(path: str | Path, *, check_files: bool = True) -> LoadedScenar
         scenario=scenario, path=p.resolve(), sha256=hashlib.sha256(raw).hexdigest()
     )
     if check_files:
-        problems.extend(_check_files(file, located, loaded))
+        problems.extend(_check_files(file, located, loaded, corpus_roots))
     if scenario.target.url == "sim" and scenario.target.sim:
         problems.extend(_check_sim(file, located, scenario.target.sim))
     if problems:
@@ -454,49 +754,51 @@ def load_scenario(path: str | Path, *, check_files: bool = True) -> LoadedScenar
     return loaded
 
 
-def _check_files(file: str, located: Located, loaded: LoadedScenario) -> list[Problem]:
+def _check_files(
+    file: str, located: Located, loaded: LoadedScenario, corpus_roots: Iterable[str | Path]
+) -> list[Problem]:
     out: list[Problem] = []
     paste = loaded.scenario.conversation.turn.paste
     if paste is not None:
         where = ("conversation", "turn", "paste", "corpus")
-        corpus = loaded.resolve(paste.corpus)
-        from stress.corpus import corpus_files
+        from stress.corpus import allowed_roots, check_corpus, confine
 
         try:
-            files = corpus_files(corpus)
-        except OSError as e:
+            corpus = loaded.resolve(paste.corpus)
+            check_corpus(confine(corpus, allowed_roots(loaded.base_dir, corpus_roots)))
+        except CorpusError as e:
+            out.append(Problem(file, located.line_of(where), ".".join(where), e.message, e.fix))
+        except (OSError, RuntimeError) as e:  # e.g. a symlink loop while resolving
             out.append(
                 Problem(
                     file,
                     located.line_of(where),
                     ".".join(where),
-                    f"cannot read corpus {str(corpus)!r}: {e.strerror or e}",
+                    f"cannot resolve corpus path {paste.corpus!r} ({e})",
                     "point it at a folder of .txt/.md files (relative to the scenario file)",
                 )
             )
-        else:
-            if not files:
-                out.append(
-                    Problem(
-                        file,
-                        located.line_of(where),
-                        ".".join(where),
-                        f"corpus {str(corpus)!r} holds no .txt or .md files",
-                        "add documents or point at another folder",
-                    )
-                )
     key_file = loaded.scenario.target.api_key_file
-    if key_file is not None and not loaded.resolve(key_file).is_file():
+    if key_file is not None:
         key_where = ("target", "api_key_file")
-        out.append(
-            Problem(
-                file,
-                located.line_of(key_where),
-                ".".join(key_where),
-                "the key file does not exist",
-                "create it or fix the path",
+        key_path = loaded.resolve(key_file)
+        what = ""
+        if key_path.is_dir():
+            what = f"{str(key_path)!r} is a folder, not a key file"
+        elif not key_path.exists():
+            what = f"the key file {str(key_path)!r} does not exist"
+        elif not os.access(key_path, os.R_OK):
+            what = f"the key file {str(key_path)!r} is not readable"
+        if what:
+            out.append(
+                Problem(
+                    file,
+                    located.line_of(key_where),
+                    ".".join(key_where),
+                    what,
+                    "point it at a readable file holding the key (relative to the scenario file)",
+                )
             )
-        )
     return out
 
 
@@ -523,7 +825,8 @@ def with_overrides(
     target: str | None = None,
     rounds: int | None = None,
 ) -> LoadedScenario:
-    """Apply CLI overrides and re-validate (so an override cannot bypass the checks)."""
+    """Apply CLI overrides and re-validate (so an override cannot bypass the checks);
+    a refused override is one line naming the option."""
     data = loaded.scenario.model_dump()
     if users is not None:
         data["users"]["count"] = users
@@ -533,22 +836,25 @@ def with_overrides(
         data["rounds"] = rounds
     if target is not None:
         data["target"]["url"] = target
+    options = {
+        ("users", "count"): "--users",
+        ("duration",): "--duration",
+        ("rounds",): "--rounds",
+        ("target", "url"): "--target",
+        ("target",): "--target",
+    }
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise ScenarioError(
-            [
-                Problem(
-                    str(loaded.path),
-                    None,
-                    field or "(override)",
-                    f"command-line override rejected: {err['msg']}",
-                    "change the option",
-                )
-            ]
-        ) from None
+        problems = []
+        for err in e.errors():
+            pr = _problem_from_error(str(loaded.path), Located(data), err)
+            loc = tuple(pr.field.split(".")) if pr.field else ()
+            option = options.get(loc) or options.get(loc[:1])
+            field = f"{option} (overrides {pr.field})" if option else pr.field or "(override)"
+            fix = pr.fix if option is None else f"{pr.fix or 'change the option'}"
+            problems.append(Problem("stress run", None, field, pr.message, fix))
+        raise ScenarioError(problems) from None
     return LoadedScenario(scenario=scenario, path=loaded.path, sha256=loaded.sha256)
 
 
@@ -570,7 +876,22 @@ def time_scaled(scenario: Scenario, scale: float) -> Scenario:
     for key in data["timeouts"]:
         data["timeouts"][key] /= scale
     data["telemetry"]["hang_after"] /= scale
-    return Scenario.model_validate(data)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as e:  # e.g. a time scale that turns a timeout into 0
+        err = e.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise ScenarioError(
+            [
+                Problem(
+                    "target.sim.time_scale",
+                    None,
+                    field,
+                    f"at time scale {scale:g} this becomes invalid ({err['msg']})",
+                    "use a time scale closer to 1",
+                )
+            ]
+        ) from None
 
 
 def phase_plan(scenario: Scenario) -> list[tuple[str, Scenario]]:

@@ -327,3 +327,267 @@ def test_internal_error_is_one_line_unless_debugging(tmp_path: Path) -> None:
         env=env(STRESS_DEBUG="1"),
     )
     assert "Traceback" in debug.stderr
+
+
+# --- issue 12: one exit code per failure, in every command; no secret in any output ---
+
+WEIRD_KEY = 'sk-"quo\\ted"\tkey-5e8d1c'
+"""A key with a quote, a backslash and a TAB: each has a JSON-escaped form."""
+
+
+def secret_forms(secret: str) -> list[bytes]:
+    import html
+    import json
+    from urllib.parse import quote, quote_plus
+
+    once = json.dumps(secret)[1:-1]
+    forms = {secret, once, json.dumps(once)[1:-1], quote(secret, safe=""), quote_plus(secret)}
+    forms.add(html.escape(secret))
+    return [f.encode() for f in forms]
+
+
+def assert_nowhere(secret: str, d: Path, *outputs: bytes) -> None:
+    files = [f for f in d.rglob("*") if f.is_file()]
+    assert any(f.name == "manifest.json" for f in files)
+    for form in secret_forms(secret):
+        for f in files:
+            assert form not in f.read_bytes(), f"{form!r} leaked into {f.name}"
+        for out in outputs:
+            assert form not in out, f"{form!r} leaked into the terminal"
+
+
+SIM_SCENARIO = """\
+name: sim_run
+target: {url: sim, api_key_env: MY_KEY, sim: {time_scale: 20}}
+users: {count: 2, ramp_up: 0.2s, think_time: {min: 0.1s, max: 0.2s}}
+duration: 3s
+conversation:
+  ceiling_tokens: 3000
+  turn:
+    paste: {corpus: ../corpora/en, tokens: [200, 400]}
+    ask: ["Summarise this."]
+request: {max_tokens: 20}
+timeouts: {drain: 10s}
+"""
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
+    """One real ``stress run`` against the simulator with a key full of escapable characters.
+
+    The scenario lives in the repository's ``scenarios/`` folder's sibling layout
+    (``../corpora``) as shipped scenarios do, written to a temporary copy of that layout.
+    """
+    base = tmp_path_factory.mktemp("simrun")
+    (base / "scenarios").mkdir()
+    (base / "corpora").symlink_to(ROOT / "corpora")
+    path = base / "scenarios" / "s.yaml"
+    path.write_text(SIM_SCENARIO)
+    proc = subprocess.run(
+        cli("run", str(path), "--out", str(base / "out"), "--no-tui"),
+        capture_output=True,
+        timeout=120,
+        env=env(MY_KEY=WEIRD_KEY, STRESS_CORPUS_ROOTS=str(ROOT / "corpora")),
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    return run_dir(base / "out"), proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_weird_key_appears_in_no_file_and_no_output_of_a_sim_run(
+    sim_run: tuple[Path, bytes],
+) -> None:
+    d, output = sim_run
+    assert records(d), "the run recorded nothing"
+    assert_nowhere(WEIRD_KEY, d, output)
+
+
+@pytest.mark.slow
+async def test_echoed_key_and_url_credentials_never_leak(tmp_path: Path) -> None:
+    """A server that echoes the key in JSON errors (so the record holds it JSON-escaped
+    twice) and a --target with user:password in it."""
+    password = 'hunter2-"pw\\x'
+
+    async def echoing(request: web.Request, body: dict[str, Any], n: int) -> web.StreamResponse:
+        auth = request.headers.get("Authorization", "")
+        if n % 2:
+            return web.json_response({"error": {"message": f"bad key {auth}"}}, status=500)
+        return await stream(request, [chunk(f"you sent {auth}", finish="stop"), DONE])
+
+    from urllib.parse import quote
+
+    async with serve(FakeServer(script=echoing)) as server:
+        host = server.url.removeprefix("http://")
+        target = f"http://bob:{quote(password, safe='')}@{host}"
+        path = scenario(tmp_path, url="sim", duration="3s", extra=", api_key_env: MY_KEY")
+        proc = await asyncio.create_subprocess_exec(
+            *cli("run", str(path), "--target", target, "--out", str(tmp_path / "out")),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env(MY_KEY=WEIRD_KEY),
+        )
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 0, stderr
+    assert server.headers_seen[0]["Authorization"] == f"Bearer {WEIRD_KEY}"
+    d = run_dir(tmp_path / "out")
+    assert any(r["error_class"] == "http_5xx" for r in records(d))
+    manifest = orjson.loads((d / "manifest.json").read_bytes())
+    assert manifest["target_url"] == server.url
+    for secret in (WEIRD_KEY, password, f"bob:{password}"):
+        assert_nowhere(secret, d, stdout, stderr)
+
+
+@pytest.mark.slow
+async def test_url_credentials_are_sent_as_basic_auth(tmp_path: Path) -> None:
+    import base64
+
+    async with serve(FakeServer()) as server:
+        host = server.url.removeprefix("http://")
+        path = scenario(tmp_path, url=f"http://alice:0pen-sesame@{host}", duration="2s")
+        proc = await asyncio.create_subprocess_exec(
+            *cli("run", str(path), "--out", str(tmp_path / "out")),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env(),
+        )
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
+        validate = await asyncio.create_subprocess_exec(
+            *cli("validate", str(path)), stdout=asyncio.subprocess.PIPE, env=env()
+        )
+        vout, _ = await asyncio.wait_for(validate.communicate(), timeout=30)
+    assert proc.returncode == 0, stderr
+    token = base64.b64encode(b"alice:0pen-sesame").decode()
+    assert server.headers_seen and server.headers_seen[0]["Authorization"] == f"Basic {token}"
+    assert f"target {server.url})".encode() in vout
+    for secret in ("0pen-sesame", token):
+        assert_nowhere(secret, run_dir(tmp_path / "out"), stdout, stderr, vout)
+
+
+def _write(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def _bomb() -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    return "\n".join(lines) + "\nname: t\n"
+
+
+def _damaged_run(tmp: Path, name: str, text: str | bytes) -> Path:
+    d = tmp / "runs" / "r1"
+    _write(d / "manifest.json", '{"run_id": "r1", "scenario": {"name": "x"}}')
+    _write(d / "requests.jsonl", "")
+    _write(d / name, text)
+    return d
+
+
+# (command line with {s} = a good scenario, {tmp} = a scratch folder, setup, exit code)
+EXIT_CODES: list[Any] = [
+    ("validate ok", "validate {s}", 0),
+    ("validate missing", "validate {tmp}/nope.yaml", 2),
+    ("validate a folder", "validate {tmp}", 2),
+    ("validate a device", "validate /dev/null", 2),
+    ("validate alias bomb", "validate {tmp}/bomb.yaml", 2),
+    ("validate recursive alias", "validate {tmp}/recursive.yaml", 2),
+    ("validate too big", "validate {tmp}/big.yaml", 2),
+    ("validate NaN", "validate {tmp}/nan.yaml", 2),
+    ("validate corpus escape", "validate {tmp}/environ.yaml", 2),
+    ("validate unknown option", "validate {s} --frobnicate", 2),
+    ("run bad scenario", "run {tmp}/nan.yaml --out {tmp}/out", 2),
+    ("run alias bomb", "run {tmp}/bomb.yaml --out {tmp}/out", 2),
+    ("run --users 100000", "run {s} --users 100000 --out {tmp}/out", 2),
+    ("run --users true", "run {s} --users true --out {tmp}/out", 2),
+    ("run --duration nan", "run {s} --duration nan --out {tmp}/out", 2),
+    ("run --rounds 0", "run {s} --rounds 0 --out {tmp}/out", 2),
+    ("run --out is a file", "run {s} --out {tmp}/afile", 1),
+    ("run --out under a file", "run {s} --out {tmp}/afile/sub", 1),
+    ("run unreachable target", "run {s} --target http://127.0.0.1:9 --out {tmp}/out", 1),
+    ("run key variable unset", "run {tmp}/needkey.yaml --out {tmp}/out", 1),
+    ("report not a run", "report {tmp}", 1),
+    ("report missing", "report {tmp}/nope", 1),
+    ("report damaged manifest", "report {tmp}/bad-manifest/runs/r1", 1),
+    ("report requests is a folder", "report {tmp}/req-dir/runs/r1", 1),
+    ("compare damaged", "compare {tmp}/bad-manifest/runs/r1 {tmp}/bad-manifest/runs/r1", 1),
+    ("ls missing folder", "ls {tmp}/nope", 1),
+    ("probe unreachable", "probe --target http://127.0.0.1:9 --timeout 2", 1),
+    ("sim bad port", "sim --port 99999", 2),
+]
+
+
+@pytest.fixture
+def exit_case_files(tmp_path: Path) -> Path:
+    good = scenario(tmp_path)
+    text = good.read_text()
+    _write(tmp_path / "bomb.yaml", _bomb())
+    _write(tmp_path / "recursive.yaml", "name: t\nx: &a [1, *a]\n")
+    _write(tmp_path / "big.yaml", text + "description: " + "x" * (1 << 20) + "\n")
+    _write(tmp_path / "nan.yaml", text.replace("duration: 4s", "duration: .nan"))
+    environ = text.replace(str(ROOT / "corpora" / "en"), "/proc/self/environ")
+    _write(tmp_path / "environ.yaml", environ)
+    need = text.replace('"sim"}', '"sim", api_key_env: NOT_SET_X_12, api_key_required: true}')
+    _write(tmp_path / "needkey.yaml", need)
+    _write(tmp_path / "afile", "not a folder")
+    _damaged_run(tmp_path / "bad-manifest", "manifest.json", b"{\xff not json")
+    d = _damaged_run(tmp_path / "req-dir", "manifest.json", '{"run_id": "r1"}')
+    (d / "requests.jsonl").unlink()
+    (d / "requests.jsonl").mkdir()
+    return good
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "code"),
+    [c if hasattr(c, "marks") else pytest.param(*c, id=c[0]) for c in EXIT_CODES],
+)
+def test_every_command_exit_code(
+    tmp_path: Path,
+    exit_case_files: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    line: str,
+    code: int,
+) -> None:
+    """The same failure gets the same code everywhere: 0 done, 1 unusable target or run
+    directory, 2 bad input; the message is one line, never a traceback."""
+    from stress.cli import main
+
+    monkeypatch.delenv("STRESS_CORPUS_ROOTS", raising=False)
+    argv = line.format(s=exit_case_files, tmp=tmp_path).split()
+    try:
+        got = main(argv)
+    except SystemExit as e:  # argparse's own exit
+        got = int(e.code or 0)
+    err = capsys.readouterr().err
+    assert got == code, err
+    assert "Traceback" not in err
+    if code:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, lines
+        if argv[0] in ("run", "validate"):
+            assert " -- fix: " in lines[0] or "--help" in lines[0], lines[0]
+
+
+def test_unexpected_errors_reading_a_run_are_exit_1_with_the_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the report code misses while reading damaged files is still exit 1, with
+    the run directory named, not 70 (an internal error)."""
+    import stress.report.cli as report_cli
+    from stress.cli import main
+
+    def damaged(args: Any) -> int:
+        raise ValueError("Input is a zero-length, empty document: line 1 column 1 (char 0)")
+
+    def gone(args: Any) -> int:
+        raise FileNotFoundError(2, "No such file or directory", f"{args.run_dir}/gpu.jsonl")
+
+    for fake, says in [(damaged, "damaged run files"), (gone, "gpu.jsonl: No such file")]:
+        monkeypatch.setattr(report_cli, "report_main", fake)
+        assert main(["report", str(tmp_path)]) == 1
+        err = capsys.readouterr().err
+        assert str(tmp_path) in err and says in err and len(err.strip().splitlines()) == 1

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stress.corpus import Corpus, corpus_files
+from stress.corpus import Corpus, check_corpus, corpus_files
+from stress.errors import CorpusError
 from stress.tokens import count_tokens
 
 CORPORA = Path(__file__).resolve().parents[1] / "corpora"
@@ -49,7 +50,23 @@ def test_excerpt_longer_than_a_document_runs_on(tmp_path: Path) -> None:
 
 
 def test_empty_or_missing_corpus(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(CorpusError, match=r"holds no \.txt or \.md document with text"):
         Corpus(tmp_path)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(CorpusError, match="does not exist"):
         corpus_files(tmp_path / "missing")
+    (tmp_path / "blank.txt").write_text(" \n\n\t\n")
+    with pytest.raises(CorpusError, match="has only empty documents"):
+        check_corpus(tmp_path)
+
+
+def test_only_regular_text_files_inside_the_corpus_are_documents(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("Inside.\n")
+    (tmp_path / "env.txt").symlink_to("/proc/self/environ")
+    outside = tmp_path.parent / f"{tmp_path.name}-secret.txt"
+    outside.write_text("outside the corpus\n")
+    (tmp_path / "link.md").symlink_to(outside)
+    (tmp_path / "data.bin").write_bytes(b"\0\1")
+    assert [p.name for p in corpus_files(tmp_path)] == ["a.txt"]
+    for bad in [Path("/proc/self/environ"), Path("/dev/zero"), tmp_path / "data.bin"]:
+        with pytest.raises(CorpusError):
+            corpus_files(bad)

@@ -69,7 +69,7 @@ def test_wrong_type_and_negative_count(tmp_path: Path) -> None:
 
 def test_unreadable_corpus(tmp_path: Path) -> None:
     [line] = problems(tmp_path, GOOD.format(corpus="nowhere"))
-    assert "s.yaml:8: conversation.turn.paste.corpus: cannot read corpus" in line
+    assert "s.yaml:8: conversation.turn.paste.corpus: corpus " in line and "does not exist" in line
     assert "fix:" in line
 
 
@@ -105,7 +105,7 @@ def test_missing_bound_and_missing_file(tmp_path: Path) -> None:
     assert any("`duration`" in x and "`rounds`" in x for x in lines)
     with pytest.raises(ScenarioError) as e:
         load_scenario(tmp_path / "missing.yaml")
-    assert "cannot read the file" in str(e.value)
+    assert "missing.yaml: (file): no such file -- fix: check the path" in str(e.value)
 
 
 def test_env_interpolation_in_target_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,9 +143,12 @@ def test_simulator_settings_are_checked_with_lines(tmp_path: Path) -> None:
 def test_phases_are_validated(tmp_path: Path) -> None:
     base = GOOD.format(corpus="docs")
     dup = base + "phases: [{name: a, users: 1}, {name: a, users: 2}]\n"
-    assert any("phase names must be unique" in x for x in problems(tmp_path, dup))
+    assert any(
+        ":10: phases.1.name: phase name 'a' is used twice" in x for x in problems(tmp_path, dup)
+    )
     unbounded = base.replace("duration: 5s\n", "") + "phases: [{name: a, users: 1}]\n"
-    assert any("phase 'a' needs `duration` or `rounds`" in x for x in problems(tmp_path, unbounded))
+    lines = problems(tmp_path, unbounded)
+    assert any(":9: phases.0: phase 'a' needs `duration` or `rounds`" in x for x in lines)
     typo = base + "phases: [{name: a, userz: 1}]\n"
     [line] = problems(tmp_path, typo)
     assert "phases.0.userz: unknown key" in line and "did you mean `users`" in line
@@ -163,3 +166,199 @@ def test_phase_plan_inherits_and_repeats(tmp_path: Path) -> None:
     assert a.users.count == 3 and a.duration == 5.0 and not a.phases
     assert b.users.count == 2 and b.rounds == 2 and b.duration is None
     assert b.conversation.turn.paste is not None and b.conversation.turn.paste.tokens == (50, 60)
+
+
+# --- issue 12: values that validate must also run; hostile files; leaks ---------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "where", "says"),
+    [
+        ("duration: 5s", "duration: .nan", ":5: duration:", "finite"),
+        ("duration: 5s", "duration: .inf", ":5: duration:", "finite"),
+        ("duration: 5s", "duration: 0s", ":5: duration:", "greater than 0"),
+        ("duration: 5s", "duration: 1000d", ":5: duration:", "less than or equal"),
+        ("duration: 5s", "duration: 5s\ntimeouts: {stall: .inf}", ":6: timeouts.stall:", "finite"),
+        ("duration: 5s", "duration: 5s\ntimeouts: {total: 0}", ":6: timeouts.total:", "than 0"),
+        (
+            "duration: 5s",
+            "duration: 5s\ntelemetry: {interval: 0}",
+            ":6: telemetry.interval:",
+            "0.1",
+        ),
+        ("count: 2", "count: true", ":4: users.count:", "valid integer"),
+        ("count: 2", "count: 2.0", ":4: users.count:", "valid integer"),
+        ("count: 2", 'count: "2"', ":4: users.count:", "valid integer"),
+        ("count: 2", "count: 100000", ":4: users.count:", "10,000 users per process"),
+        ("count: 2", "count: 36893488147419103232", ":4: users.count:", "less than or equal"),
+        ("duration: 5s", "duration: 5s\nrounds: true", ":6: rounds:", "valid integer"),
+        ("duration: 5s", "duration: 5s\nseed: 36893488147419103232", ":6: seed:", "less than"),
+        (
+            "duration: 5s",
+            "duration: 5s\nrequest: {temperature: true}",
+            ":6: request.temperature",
+            "true/false",
+        ),
+        (
+            "duration: 5s",
+            "duration: 5s\nrequest: {max_tokens: 18446744073709551617}",
+            ":6: request.max_tokens:",
+            "less than",
+        ),
+        (
+            "duration: 5s",
+            "duration: 5s\nrequest: {extra_body: {n: 36893488147419103232}}",
+            ":6: request.extra_body.n:",
+            "64 bits",
+        ),
+        (
+            "[100, 200]",
+            "[100, 36893488147419103232]",
+            ":8: conversation.turn.paste.tokens",
+            "max <=",
+        ),
+        ("[100, 200]", "[true, 200]", ":8: conversation.turn.paste.tokens.0", "valid integer"),
+        (
+            "duration: 5s",
+            "duration: 5s\nphases: [{name: a, users: 100000}]",
+            ":6: phases.0.users:",
+            "10,000",
+        ),
+        (
+            "{url: sim}",
+            '{url: sim, headers: {"X-A": "a\\nb"}}',
+            ":2: target.headers.X-A:",
+            "line break",
+        ),
+        ("{url: sim}", '{url: "http://h:8000/?api_key=abcdefgh12"}', ":2: target.url:", "?query"),
+    ],
+)
+def test_values_that_would_break_the_run_are_refused(
+    tmp_path: Path, old: str, new: str, where: str, says: str
+) -> None:
+    text = GOOD.format(corpus="docs")
+    assert old in text
+    [line] = problems(tmp_path, text.replace(old, new, 1))
+    assert where in line and says in line and " -- fix: " in line, line
+
+
+def test_overrides_go_through_the_same_checks(tmp_path: Path) -> None:
+    loaded = load_scenario(write(tmp_path, GOOD.format(corpus="docs")))
+    for kwargs, option in [
+        ({"users": 100_000}, "--users"),
+        ({"duration": float("nan")}, "--duration"),
+        ({"duration": float("inf")}, "--duration"),
+        ({"duration": 0.0}, "--duration"),
+        ({"rounds": 10**30}, "--rounds"),
+    ]:
+        with pytest.raises(ScenarioError) as e:
+            with_overrides(loaded, **kwargs)  # type: ignore[arg-type]
+        [line] = [p.render() for p in e.value.problems]
+        assert line.startswith(f"stress run: {option} (overrides ") and " -- fix: " in line
+
+
+BOMB = "\n".join(
+    ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (BOMB + "\nname: t\n", "s.yaml:6: (yaml): the YAML expands to more than 100,000 values"),
+        ("name: t\nx: &a [1, *a]\n", "s.yaml:2: (yaml): alias *a refers to itself"),
+        ("name: t\nx: *nope\n", "s.yaml:2: (yaml): alias *nope has no &nope anchor"),
+        (
+            "name: t\nx: " + "[" * 2000 + "]" * 2000 + "\n",
+            "s.yaml:2: (yaml): the YAML nests deeper",
+        ),
+    ],
+)
+def test_hostile_yaml_is_one_line_with_its_line(tmp_path: Path, text: str, expected: str) -> None:
+    [line] = problems(tmp_path, text)
+    assert expected in line and " -- fix: " in line
+
+
+def test_small_anchors_still_work(tmp_path: Path) -> None:
+    text = GOOD.format(corpus="docs").replace('ask: ["Summarise."]', 'ask: &q ["Summarise."]')
+    loaded = load_scenario(write(tmp_path, text + "phases: [{name: a, users: 1, ask: *q}]\n"))
+    assert loaded.scenario.phases[0].ask == ["Summarise."]
+
+
+def test_scenario_file_size_is_limited(tmp_path: Path) -> None:
+    text = GOOD.format(corpus="docs") + "description: " + "x" * (1 << 20) + "\n"
+    [line] = problems(tmp_path, text)
+    assert "s.yaml: (file): the file is" in line and "1,048,576 bytes (1 MiB)" in line
+
+
+def test_a_folder_or_device_is_not_called_missing(tmp_path: Path) -> None:
+    for path, says in [(tmp_path, "is a folder"), (Path("/dev/null"), "not a regular file")]:
+        with pytest.raises(ScenarioError) as e:
+            load_scenario(path)
+        assert says in str(e.value) and "no such file" not in str(e.value)
+
+
+def test_corpus_is_confined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STRESS_CORPUS_ROOTS", raising=False)
+    for corpus in ["/proc/self/environ", "/etc", "/dev/zero"]:
+        [line] = problems(tmp_path, GOOD.format(corpus=corpus))
+        assert ":8: conversation.turn.paste.corpus: corpus" in line and "outside" in line
+    (tmp_path / "docs" / "env.txt").symlink_to("/proc/self/environ")
+    [line] = problems(tmp_path, GOOD.format(corpus="docs/env.txt"))
+    assert "outside" in line
+    # a link inside the corpus that leads out of it is not a document
+    load_scenario(write(tmp_path, GOOD.format(corpus="docs")))
+    from stress.corpus import corpus_files
+
+    assert [p.name for p in corpus_files(tmp_path / "docs")] == ["a.txt"]
+    # an outside folder is allowed when the user says so, by flag or variable
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "b.md").write_text("Elsewhere.\n")
+    text = GOOD.format(corpus=outside)
+    assert "outside" in problems(tmp_path / "docs", text)[0]
+    load_scenario(write(tmp_path, text), corpus_roots=[outside])
+    monkeypatch.setenv("STRESS_CORPUS_ROOTS", f"/nonexistent:{outside}")
+    load_scenario(write(tmp_path, text))
+
+
+def test_shipped_scenarios_reach_the_bundled_corpora_from_anywhere(tmp_path: Path) -> None:
+    text = GOOD.format(corpus=ROOT / "corpora" / "en")
+    assert load_scenario(write(tmp_path, text)).scenario.conversation.turn.paste is not None
+
+
+def test_url_credentials_are_stripped_and_redacted(tmp_path: Path) -> None:
+    from stress.secrets import REDACTOR
+
+    password = 'pa:ss@w"rd-9f3'
+    from urllib.parse import quote
+
+    url = f"http://bob:{quote(password, safe='')}@127.0.0.1:8000"
+    text = GOOD.format(corpus="docs").replace("{url: sim}", f'{{url: "{url}"}}')
+    t = load_scenario(write(tmp_path, text)).scenario.target
+    assert t.url == "http://127.0.0.1:8000"
+    import base64
+
+    token = base64.b64encode(f"bob:{password}".encode()).decode()
+    assert t.headers == {"Authorization": f"Basic {token}"}
+    assert REDACTOR.text(f"{url} {token} {password}") == "http://***@127.0.0.1:8000 *** ***"
+    short = GOOD.format(corpus="docs").replace("{url: sim}", '{url: "http://a:b@h:1"}')
+    [line] = problems(tmp_path, short)
+    assert ":2: target.url: the user:password in the URL is shorter than 8" in line
+    assert "a:b" not in line
+
+
+def test_secret_headers_are_still_refused(tmp_path: Path) -> None:
+    text = GOOD.format(corpus="docs").replace("{url: sim}", "{url: sim, headers: {X-Api-Key: v}}")
+    [line] = problems(tmp_path, text)
+    assert ":2: target.headers.X-Api-Key: this header would put a secret" in line
+
+
+def test_an_extreme_time_scale_is_an_input_error_not_a_crash(tmp_path: Path) -> None:
+    from stress.scenario import time_scaled
+
+    sc = load_scenario(write(tmp_path, GOOD.format(corpus="docs"))).scenario
+    assert time_scaled(sc, 60).timeouts.stall == pytest.approx(2.0)
+    with pytest.raises(ScenarioError, match="time scale closer to 1"):
+        time_scaled(sc, 1e-300)
