@@ -110,11 +110,36 @@ def test_cold_mode_does_not_warn_about_zero_hits(tmp_path: Path) -> None:
     assert "zero_hit_rate" not in codes(build_summary(run_dir(tmp_path, recs, cache="cold")))
 
 
-def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
+def test_torn_last_line_is_skipped_and_counted(tmp_path: Path) -> None:
     d = run_dir(tmp_path, [{}, {}])
     with open(d / "requests.jsonl", "ab") as f:
         f.write(b'\n{"user": 0, "outc')
-    assert build_summary(d)["requests_total"] == 2
+    s = build_summary(d)
+    assert s["requests_total"] == 2
+    assert s["data_quality"]["unreadable_lines"] == {"requests.jsonl": 1}
+    assert "unreadable_lines" in codes(s)
+    assert "1 line of requests.jsonl could not be read" in render_summary(s)
+
+
+def test_killed_run_summary_states_requests_in_flight(tmp_path: Path) -> None:
+    d = run_dir(tmp_path, [{"t_start": 50.0, "e2e_s": 14.0}] * 3)
+    manifest = orjson.loads((d / "manifest.json").read_bytes())
+    manifest.update(end_time=None, duration_s=None, exit_reason=None)
+    (d / "manifest.json").write_bytes(orjson.dumps(manifest))
+    state = {"t": 80.0, "sent": 5, "recorded": 3, "in_flight_count": 2, "finished": False}
+    (d / "state.json").write_bytes(orjson.dumps(state))
+    s = build_summary(d)
+    assert s["duration_s"] == 80.0 and s["overall"]["output_tok_s"] == pytest.approx(30 / 80)
+    text = render_summary(s)
+    assert "requests: 5 sent, 3 recorded, 2 in flight with no record (the run was killed)" in text
+    assert "in_flight_lost" in codes(s)
+
+
+def test_unwritable_run_dir_is_a_run_dir_error(tmp_path: Path) -> None:
+    d = run_dir(tmp_path, [{}])
+    (d / "summary.json").mkdir()  # os.replace onto a folder fails like a read-only disk
+    with pytest.raises(RunDirError, match=r"cannot write .*summary\.json"):
+        build_summary(d)
 
 
 def test_not_a_run_dir(tmp_path: Path) -> None:

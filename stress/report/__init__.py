@@ -10,6 +10,19 @@ killed run gets the same report as a finished one. Public surface:
 
 from __future__ import annotations
 
-from stress.report.build import Report, build_report, make_report
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stress.report.build import Report, build_report, make_report
 
 __all__ = ["Report", "build_report", "make_report"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so ``stress.summary`` can use ``stress.report.runfiles`` without loading the
+    # whole report (which itself uses the summary's warnings).
+    if name in __all__:
+        from stress.report import build
+
+        return getattr(build, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,8 @@
 Every run directory under a folder becomes one row (date, scenario, target / model, users,
 duration, verdict, TTFT p95, aggregate tok/s, hit rate), computed from its files exactly as
 the report does, so a killed run is listed too. Rows sort and filter in the terminal and
-export to CSV for spreadsheets and notebooks.
+export to CSV for spreadsheets and notebooks. A run directory whose files are damaged is
+listed as ``damaged: <reason>`` and the listing goes on: one bad run must not hide the rest.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class ArchiveRow:
     output_tok_s: float | None
     hit_rate: float | None
     path: str
+    damaged: str = ""
+    """Why this run could not be read ("" for a readable run)."""
 
 
 SORT_KEYS = ("date", "scenario", "ttft_p95", "tok_s", "hit_rate", "duration")
@@ -70,6 +73,26 @@ def row_for(run_dir: Path) -> ArchiveRow:
     )
 
 
+def damaged_row(run_dir: Path, reason: str) -> ArchiveRow:
+    """The row of a run whose files could not be read: its name and why."""
+    return ArchiveRow(
+        date="-",
+        run_id=run_dir.name,
+        scenario="-",
+        target="-",
+        model="-",
+        users=0,
+        duration_s=0.0,
+        verdict="damaged",
+        requests=0,
+        ttft_p95_s=None,
+        output_tok_s=None,
+        hit_rate=None,
+        path=str(run_dir),
+        damaged=reason.replace(f"{run_dir}/", ""),  # the path is in the row already
+    )
+
+
 def find_runs(root: Path) -> list[Path]:
     """Run directories at ``root`` itself or one or two levels below it."""
     if not root.is_dir():
@@ -84,7 +107,8 @@ def find_runs(root: Path) -> list[Path]:
 def archive(
     root: Path, scenario: str | None = None, sort: str = "date", reverse: bool = False
 ) -> tuple[list[ArchiveRow], list[str]]:
-    """Rows for every readable run; unreadable ones are listed as problems, not fatal."""
+    """A row for every run; a damaged one gets a ``damaged`` row (and its reason in the
+    problems), never stops the listing."""
     if sort not in SORT_KEYS:
         raise StressError(f"unknown sort key {sort!r} -- fix: one of {', '.join(SORT_KEYS)}")
     rows: list[ArchiveRow] = []
@@ -94,6 +118,8 @@ def archive(
             row = row_for(d)
         except StressError as e:
             problems.append(str(e))
+            if not scenario:  # a filtered listing cannot tell which scenario it was
+                rows.append(damaged_row(d, str(e)))
             continue
         if scenario and not fnmatch.fnmatch(row.scenario, scenario) and scenario != row.scenario:
             continue
@@ -111,7 +137,7 @@ def archive(
         return (v is None, v if v is not None else 0.0)
 
     rows.sort(key=key, reverse=reverse)
-    return rows, problems
+    return sorted(rows, key=lambda r: bool(r.damaged)), problems  # damaged ones last
 
 
 COLUMNS = (
@@ -129,6 +155,7 @@ COLUMNS = (
 
 
 def render_table(rows: list[ArchiveRow]) -> str:
+    good = [r for r in rows if not r.damaged]
     cells = [
         [
             r.date,
@@ -142,13 +169,15 @@ def render_table(rows: list[ArchiveRow]) -> str:
             pct(r.hit_rate),
             r.run_id,
         ]
-        for r in rows
+        for r in good
     ]
     widths = [max(len(c[i]) for c in [list(COLUMNS), *cells]) for i in range(len(COLUMNS))]
-    return "\n".join(
+    lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
         for row in [list(COLUMNS), *cells]
-    )
+    ]
+    lines += [f"{r.path}  damaged: {r.damaged}" for r in rows if r.damaged]
+    return "\n".join(lines)
 
 
 def to_csv(rows: list[ArchiveRow]) -> str:

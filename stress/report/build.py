@@ -17,6 +17,7 @@ from stress.report.fmt import num, pct
 from stress.report.headline import DEFINITIONS, headline_table
 from stress.report.load import RunData, load_run
 from stress.report.model import Chart, Section, Table, Verdict
+from stress.report.runfiles import RunFiles
 from stress.report.series import gpu_series, total_energy_j
 from stress.report.tables import per_phase, per_round, per_user
 from stress.report.verdict import make_verdict
@@ -85,11 +86,12 @@ def gpu_table(run: RunData) -> Table | None:
     )
 
 
-def make_report(run_dir: Path, charts: bool = True) -> Report:
-    """Read the run directory and build the report (nothing is written)."""
+def make_report(run_dir: Path, charts: bool = True, files: RunFiles | None = None) -> Report:
+    """Read the run directory (unless ``files`` holds it read) and build the report
+    (nothing is written)."""
     from stress.report import charts as charts_mod
 
-    run = load_run(run_dir)
+    run = load_run(run_dir, files)
     tables = [per_user(run), per_round(run)]
     phase = per_phase(run)
     if phase is not None:
@@ -119,13 +121,13 @@ def make_report(run_dir: Path, charts: bool = True) -> Report:
     )
 
 
-def build_report(run_dir: Path) -> tuple[Report, Path, Path]:
+def build_report(run_dir: Path, files: RunFiles | None = None) -> tuple[Report, Path, Path]:
     """Build the report and write ``report.md`` and ``report.html`` into the run dir."""
     from stress.report.render_html import render_html
     from stress.report.render_md import render_md
     from stress.secrets import REDACTOR
 
-    report = make_report(run_dir)
+    report = make_report(run_dir, files=files)
     md_path = run_dir / "report.md"
     html_path = run_dir / "report.html"
     chart_dir = run_dir / CHART_DIR

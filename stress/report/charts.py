@@ -21,7 +21,7 @@ from stress.report.capacity import (
     pool_tokens,
     working_set,
 )
-from stress.report.headline import ANSWERED
+from stress.report.headline import GENERATED
 from stress.report.load import RunData
 from stress.report.model import Chart
 from stress.report.series import energy_per_token, gpu_series, server_series
@@ -73,7 +73,7 @@ def time_unit(run: RunData) -> tuple[float, str]:
 
 
 def by_length(run: RunData, slo: Slo) -> Chart | None:
-    recs = [r for r in run.main if r.get("outcome") in ANSWERED and r.get("ttft_s") is not None]
+    recs = [r for r in run.main if r.get("outcome") in GENERATED and r.get("ttft_s") is not None]
     if not recs:
         return None
     step = bucket_step(max(conv_len(r) for r in recs))
@@ -107,7 +107,7 @@ def by_length(run: RunData, slo: Slo) -> Chart | None:
         "ttft-decode-by-length",
         "TTFT and decode speed by conversation length",
         to_svg(fig, "ttft-decode-by-length"),
-        f"Buckets of {step:,} tokens; non-warm-up answered requests.",
+        f"Buckets of {step:,} tokens; non-warm-up requests that generated text.",
     )
 
 
@@ -122,7 +122,7 @@ def ttft_over_time(run: RunData, slo: Slo) -> Chart | None:
         g = [r for r in recs if bool(r.get("warmup")) == warm]
         if g:
             ax.scatter(
-                [r["t_start"] / div for r in g],
+                [float(r.get("t_start") or 0.0) / div for r in g],
                 [r["ttft_s"] for r in g],
                 s=6,
                 c=colour,

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from stress.errors import StressError
+from stress.errors import RunDirError, StressError
 from stress.secrets import REDACTOR
 
 
@@ -21,16 +21,23 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 def report_main(args: argparse.Namespace) -> int:
     from stress.report.build import build_report, terminal_headline
+    from stress.report.runfiles import read_run_files
     from stress.summary import build_summary
 
     run_dir = Path(args.run_dir)
-    build_summary(run_dir)  # summary.json stays the machine-readable record
+    files = read_run_files(run_dir)  # read and checked once, for both outputs
+    build_summary(run_dir, files)  # summary.json stays the machine-readable record
     try:
-        report, md, html = build_report(run_dir)
+        report, md, html = build_report(run_dir, files)
     except ImportError as e:
         raise StressError(
             f"cannot draw the report's charts ({e.name} missing) -- fix: pip install "
             "'stress[report]' or matplotlib"
+        ) from None
+    except OSError as e:
+        raise RunDirError(
+            f"cannot write the report into {run_dir}: {e.strerror or e} -- fix: free disk "
+            "space or make the run directory writable"
         ) from None
     print(REDACTOR.text(terminal_headline(report)))
     print(f"\nreport: {md}\n        {html}")
@@ -73,8 +80,9 @@ def ls_main(args: argparse.Namespace) -> int:
     from stress.report.archive import archive, render_table, to_csv
 
     rows, problems = archive(Path(args.dir), args.scenario, args.sort, args.reverse)
-    for p in problems:
-        print(f"stress: skipped: {REDACTOR.text(p)}", file=sys.stderr)
+    if args.scenario:  # damaged runs are rows otherwise; a filter cannot place them
+        for p in problems:
+            print(f"stress: damaged run skipped: {REDACTOR.text(p)}", file=sys.stderr)
     if args.csv == "-":
         print(REDACTOR.text(to_csv(rows)), end="")
         return 0

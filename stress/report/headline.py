@@ -1,9 +1,11 @@
 """The headline figures over non-warm-up requests, and their published definitions.
 
 One function per figure so that ``report``, ``compare`` and ``ls`` agree exactly. Latency
-and speed figures count answered requests only (``ok`` and ``reasoning_only``): a failed
-request has no TTFT. Aggregate output throughput is a run-level figure; its spread is
-taken over equal time windows of the run.
+and speed figures count requests that generated text (``ok`` and ``reasoning_only``): a
+failed request has no TTFT. Only ``ok`` counts as *answered*: a reply that reasoned and
+stopped without answer text measured the server's speed but answered nothing. Aggregate
+output throughput is a run-level figure; its spread is taken over equal time windows of
+the run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from stress.report.load import Record, RunData
 from stress.report.model import Table
 from stress.report.stats import Describe, describe
 
-ANSWERED = ("ok", "reasoning_only")
+ANSWERED = ("ok",)
+"""Outcomes that count as answered."""
+GENERATED = ("ok", "reasoning_only")
+"""Outcomes whose latency and speed figures count (the server generated text)."""
 
 #: (record field, label, unit)
 PER_REQUEST: tuple[tuple[str, str, str], ...] = (
@@ -30,6 +35,11 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("TTFC", "first chunk carrying answer content - request sent"),
     ("decode tok/s", "(completion_tokens - 1) / (t_last_token - t_first_token)"),
     ("e2e", "last byte - request sent (the client's queueing is reported separately)"),
+    (
+        "longest silence",
+        "max_gap_s: the longest gap between two chunks after the first token, per stream; "
+        "over every non-warm-up request that has one, failed ones (stalls) included",
+    ),
     (
         "aggregate output tok/s",
         "completion tokens of non-warm-up requests / run duration; spread over time windows",
@@ -46,9 +56,9 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
 
 
 def values(records: list[Record], key: str) -> list[float]:
-    """A per-request figure over answered requests (None values skipped)."""
+    """A per-request figure over requests that generated text (None values skipped)."""
     return [
-        float(r[key]) for r in records if r.get(key) is not None and r.get("outcome") in ANSWERED
+        float(r[key]) for r in records if r.get(key) is not None and r.get("outcome") in GENERATED
     ]
 
 
@@ -113,6 +123,18 @@ def headline_table(run: RunData) -> Table:
     for key, label, unit in PER_REQUEST:
         d = stats[key]
         rows.append([f"{label} ({unit})", mean_sd(d), num(d.p50), num(d.p95), num(d.p99), str(d.n)])
+    gap = describe([float(r["max_gap_s"]) for r in run.main if r.get("max_gap_s") is not None])
+    if gap.n:
+        rows.append(
+            [
+                "longest silence (s)",
+                mean_sd(gap),
+                num(gap.p50),
+                num(gap.p95),
+                num(gap.p99),
+                str(gap.n),
+            ]
+        )
     windows = throughput_windows(run)
     w = describe(windows)
     agg = aggregate_tok_s(run)
@@ -130,6 +152,12 @@ def headline_table(run: RunData) -> Table:
         "Headline (non-warm-up requests)",
         ["figure", "mean ± sd", "p50", "p95", "p99", "n"],
         rows,
-        note=f"{len(run.requests) - len(run.main)} warm-up requests excluded.",
+        note=f"{len(run.requests) - len(run.main)} warm-up requests excluded."
+        + (
+            f" {sum(run.quality.excluded.values()):,} impossible values excluded (see the "
+            "verdict's warnings)."
+            if run.quality.excluded
+            else ""
+        ),
         id="headline",
     )

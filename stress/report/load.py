@@ -4,7 +4,9 @@ The report needs the same files in several places (verdict, tables, charts, capa
 they are read here once. Memory grows with the number of requests and telemetry samples,
 never with stream chunks: ``requests.jsonl`` has one line per request. Files a run does not
 have (no GPU telemetry, no server metrics, a run killed before its summary) are simply
-empty here; every consumer copes with that.
+empty here; every consumer copes with that. The files are read and checked by
+:mod:`stress.report.runfiles`, the same reader ``summary.json`` uses: lines that cannot be
+read and impossible values are counted there, never silently dropped.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stress.recorder import read_jsonl, read_manifest
-from stress.summary import rescale_record
+from stress.report.runfiles import Accounting, Quality, RunFiles, read_run_files
+from stress.report.runfiles import end_time as end_time
 
 Record = dict[str, Any]
 
@@ -27,6 +29,7 @@ class RunData:
     manifest: dict[str, Any]
     requests: list[Record]
     events: list[Record]
+    files: RunFiles
     server: list[Record] = field(default_factory=list)
     gpu_cards: list[Record] = field(default_factory=list)
     gpu_samples: list[Record] = field(default_factory=list)
@@ -55,11 +58,17 @@ class RunData:
 
     @property
     def duration_s(self) -> float:
-        """The run's length: the manifest's, or (killed run) the last request's end."""
-        d = self.manifest.get("duration_s")
-        if isinstance(d, int | float) and d > 0:
-            return float(d)
-        return max((end_time(r) for r in self.requests), default=0.0)
+        """How long the run lived: the manifest's duration, or (killed run) state.json's
+        last sign of life, never less than the last request's end."""
+        return self.files.duration_s
+
+    @property
+    def quality(self) -> Quality:
+        return self.files.quality
+
+    @property
+    def accounting(self) -> Accounting:
+        return self.files.accounting
 
     def collector(self, name: str) -> dict[str, Any]:
         c = self.manifest.get("collectors")
@@ -67,36 +76,32 @@ class RunData:
         return got if isinstance(got, dict) else {}
 
 
-def end_time(r: Record) -> float:
-    """When a request ended, seconds since run start."""
-    return float(r.get("t_start") or 0.0) + float(r.get("e2e_s") or 0.0)
+def load_run(run_dir: Path, files: RunFiles | None = None) -> RunData:
+    """Read every file of a run directory (or take ``files`` already read for
+    ``summary.json``); a missing optional file reads as empty.
 
-
-def load_run(run_dir: Path) -> RunData:
-    """Read every file of a run directory; a missing optional file reads as empty."""
-    manifest = read_manifest(run_dir)
-    gpu = read_jsonl(run_dir / "gpu.jsonl")
+    ``RunDirError`` (one line) when the run's files are damaged beyond use.
+    """
+    files = files or read_run_files(run_dir)
     cards: list[Record] = []
     samples: list[Record] = []
-    for rec in gpu:
+    for rec in files.gpu:
         if rec.get("type") == "cards":
-            cards = [c for c in rec.get("cards") or [] if isinstance(c, dict)]
+            cards = rec["cards"]
         elif rec.get("type") == "sample":
             samples.append(rec)
-    requests = read_jsonl(run_dir / "requests.jsonl")
-    events = read_jsonl(run_dir / "events.jsonl")
-    server = read_jsonl(run_dir / "server.jsonl")
-    scale = float(manifest.get("time_scale") or 1.0)
+    server = files.server
+    manifest = files.manifest
+    scale = files.time_scale
     if scale != 1.0:  # a time-scaled simulator run: show simulated seconds, like summary.json
         manifest = {**manifest, "duration_s": float(manifest.get("duration_s") or 0) * scale}
-        requests = [rescale_record(r, scale) for r in requests]
-        events = [{**e, "t": float(e.get("t") or 0) * scale} for e in events]
         server = [_rescale_sample(s, scale) for s in server]
     return RunData(
         path=run_dir,
         manifest=manifest,
-        requests=requests,
-        events=events,
+        requests=files.requests,
+        events=files.events,
+        files=files,
         server=server,
         gpu_cards=cards,
         gpu_samples=samples,

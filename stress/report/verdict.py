@@ -4,6 +4,8 @@ Field notes 3-5: "zero errors" alone hides empty replies, budget-starved reasoni
 hangs and preemption storms; a restart counter alone misses a hang. So the verdict lists
 each of those separately, with the diagnosis where the record carries one, and the summary's
 loud warnings. It is decided on all requests, warm-up included: a failure is a failure.
+A run that did nothing, lost users or lost records is never a PASS: the summary's health
+checks (``stress.summary.health_warnings``) decide that, here and in ``summary.json`` alike.
 """
 
 from __future__ import annotations
@@ -13,12 +15,21 @@ from typing import Any
 
 import numpy as np
 
+from stress.report.fmt import num
 from stress.report.load import RunData
 from stress.report.model import Status, Verdict
-from stress.summary import warnings_for
+from stress.report.stats import describe
+from stress.summary import FAIL_CODES, accounting_text, health_warnings, warnings_for
 
 HW_KINDS = ("xid", "aer", "ecc", "ecc_dbe", "ecc_uncorrected", "gpu_lost", "gpu_unavailable")
-SEVERE_WARNINGS = ("measuring_noise", "all_replies_budget", "all_replies_empty")
+
+ERROR_HINTS = {
+    "redirect": "the server answered with a redirect, never followed: check target.url",
+    "protocol": "not a chat-completion reply (unparseable HTTP, or e.g. an HTML page): check "
+    "that target.url is an OpenAI-compatible server",
+    "client_error": "a failure inside stress itself, not the server's: please report it",
+}
+"""What an error class means, for the classes a reader cannot guess."""
 
 
 def _events(run: RunData, *kinds: str) -> list[dict[str, Any]]:
@@ -32,17 +43,18 @@ def make_verdict(run: RunData) -> Verdict:
     warn: list[str] = []
     outcomes = Counter(str(r.get("outcome", "error")) for r in recs)
     warm = sum(1 for r in recs if r.get("warmup"))
-    accounted = sum(outcomes.values())
+    acct = run.accounting
     items.append(
-        f"Requests: {len(recs):,} sent, {accounted:,} accounted for ("
-        + ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items()))
-        + f"); {warm:,} warm-up requests are excluded from the figures."
+        f"Requests: {accounting_text(acct.as_dict())}"
+        + (" (" + ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items())) + ")")
+        * bool(outcomes)
+        + f"; {warm:,} warm-up requests are excluded from the figures."
     )
     if not run.complete:
         warn.append("incomplete")
         items.append(
-            "The run did not finish (killed or crashed): this report covers the files up to "
-            "the last flush."
+            f"The run did not finish (killed or crashed) after {num(run.duration_s)} s: this "
+            "report covers the files up to the last flush."
         )
     errors = [r for r in recs if r.get("outcome") == "error"]
     classes = Counter(str(r.get("error_class") or "unclassified") for r in errors)
@@ -50,7 +62,10 @@ def make_verdict(run: RunData) -> Verdict:
     if errors:
         items.append(
             f"Errors: {len(errors):,} ("
-            + ", ".join(f"{k} {v:,}" for k, v in classes.most_common())
+            + ", ".join(
+                f"{k} {v:,}" + (f": {ERROR_HINTS[k]}" if k in ERROR_HINTS else "")
+                for k, v in classes.most_common()
+            )
             + ")."
         )
         if real:
@@ -71,15 +86,25 @@ def make_verdict(run: RunData) -> Verdict:
     else:
         items.append("Empty or reasoning-only replies: none.")
     stalls = classes.get("stall", 0)
+    first_token = classes.get("first_token_timeout", 0)
     server = run.collector("server")
     hangs = len(_events(run, "hang_suspected")) or int(server.get("hangs_suspected") or 0)
     restarts = len(_events(run, "restart")) or int(server.get("restarts") or 0)
     downs = len(_events(run, "server_down")) or int(server.get("down_events") or 0)
     preempt = server.get("preemptions")
     items.append(
-        f"Stalls {stalls}, suspected hangs {hangs}, server restarts {restarts}, server down "
-        f"{downs} times" + (f", preemptions {preempt:,.0f}" if preempt else "") + "."
+        f"Stalls {stalls}, first-token timeouts {first_token}, suspected hangs {hangs}, server "
+        f"restarts {restarts}, server down {downs} times"
+        + (f", preemptions {preempt:,.0f}" if preempt else "")
+        + "."
     )
+    gaps = [float(r["max_gap_s"]) for r in recs if r.get("max_gap_s") is not None]
+    if gaps:
+        g = describe(gaps)
+        items.append(
+            f"Longest silence inside each stream (max_gap_s): p50 {num(g.p50)} s, p95 "
+            f"{num(g.p95)} s, max {num(max(gaps))} s (n = {g.n:,})."
+        )
     if hangs or restarts or downs:
         fail.append("server")
     if preempt:  # zero errors can hide this (field notes: 92 s median TTFT, no errors)
@@ -106,7 +131,9 @@ def make_verdict(run: RunData) -> Verdict:
     hw = Counter(str(e.get("kind")) for e in run.events if e.get("kind") in HW_KINDS)
     gpu = run.collector("gpu")
     if not hw and isinstance(gpu.get("hw_errors"), dict):
-        hw.update({str(k): int(v) for k, v in gpu["hw_errors"].items()})
+        hw.update(
+            {str(k): int(v) for k, v in gpu["hw_errors"].items() if isinstance(v, int | float)}
+        )
     if run.gpu_cards or run.gpu_samples or gpu.get("available"):
         if hw:
             items.append(
@@ -117,17 +144,17 @@ def make_verdict(run: RunData) -> Verdict:
             items.append("GPU hardware errors (Xid / AER / ECC): none.")
     else:
         items.append("GPU hardware errors: not measured (no GPU telemetry in this run).")
-    found = warnings_for(recs, run.manifest)
+    found = health_warnings(run.files) + warnings_for(recs, run.manifest)
     warnings = [w["message"] for w in found]
     codes = {w["code"] for w in found}
-    if codes & set(SEVERE_WARNINGS):
+    if codes & FAIL_CODES:
         fail.append("measurement")
     elif warnings:
         warn.append("warnings")
     status: Status = "FAIL" if fail else ("WARN" if warn else "PASS")
-    answered = outcomes.get("ok", 0) + outcomes.get("reasoning_only", 0)
+    answered = outcomes.get("ok", 0)  # a reasoning-only reply is not an answer
     summary = (
-        f"{status}: {answered:,} of {len(recs):,} requests answered, {real:,} errors, "
+        f"{status}: {answered:,} of {acct.sent:,} requests answered, {real:,} errors, "
         f"{hangs} hangs, {restarts} restarts"
     )
     return Verdict(status, summary, items, warnings)

@@ -132,6 +132,37 @@ def write_run(
     return d
 
 
+def event(kind: str, t: float, message: str = "", **kw: Any) -> dict[str, Any]:
+    """An events.jsonl line as the run writes it."""
+    return {
+        "t": t,
+        "kind": kind,
+        "message": message or kind,
+        "severity": kw.pop("severity", "error"),
+        "source": kw.pop("source", "engine"),
+        "user": kw.pop("user", None),
+        "data": kw,
+    }
+
+
+def kill(run_dir: Path, *, lived_s: float, sent: int, recorded: int) -> None:
+    """Leave ``run_dir`` as ``kill -9`` does: the manifest never got its end, and the last
+    ``state.json`` says how long the run lived and what was in flight."""
+    path = run_dir / "manifest.json"
+    man = orjson.loads(path.read_bytes())
+    man.update(end_time=None, duration_s=None, exit_reason=None)
+    path.write_bytes(orjson.dumps(man))
+    state = {
+        "t": lived_s,
+        "sent": sent,
+        "recorded": recorded,
+        "in_flight_count": sent - recorded,
+        "in_flight": [],
+        "finished": False,
+    }
+    (run_dir / "state.json").write_bytes(orjson.dumps(state) + b"\n")
+
+
 def server_records(
     duration_s: float, pool: float, hit_rate: float, *, step: float = 1.0, preempt_every: int = 0
 ) -> list[dict[str, Any]]:

@@ -1,4 +1,7 @@
-"""The report of a one-hour, eight-user soak builds in a couple of seconds.
+"""The report of a one-hour, eight-user soak builds with bounded memory and size.
+
+How fast it builds is a benchmark figure (benchmarks/report_build.py), not a test: a
+timing limit here failed on a busy 2-core machine for no fault of the code (issue 12).
 
 Also: the report modules load without matplotlib or Textual, so `stress run` pays nothing.
 """
@@ -28,7 +31,7 @@ print(elapsed, (peak - base) / 1024, len(report.charts), html.stat().st_size)
 
 
 @pytest.mark.slow
-def test_one_hour_eight_users_builds_fast(tmp_path: Path) -> None:
+def test_one_hour_eight_users_builds_in_bounded_memory(tmp_path: Path) -> None:
     d = long_run(tmp_path)
     n_requests = len((d / "requests.jsonl").read_bytes().splitlines())
     assert n_requests > 2500
@@ -36,9 +39,8 @@ def test_one_hour_eight_users_builds_fast(tmp_path: Path) -> None:
         [sys.executable, "-c", BUILD, str(d)], capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    elapsed, grew_mib, charts, html_bytes = r.stdout.split()
+    _elapsed, grew_mib, charts, html_bytes = r.stdout.split()
     assert int(charts) == 7
-    assert float(elapsed) < 8.0, f"report took {elapsed}s"  # ~2 s on a 2-core VM
     assert float(grew_mib) < 200, f"memory grew {grew_mib} MiB"
     assert int(html_bytes) < 3 * 2**20
 

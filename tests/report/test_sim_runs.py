@@ -8,6 +8,7 @@ identical runs must come out within noise.
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,7 +73,13 @@ def test_report_cli_on_a_simulator_run(
     cli.add_report_arguments(p)
     assert cli.report_main(p.parse_args([str(run_dir)])) == 0
     out = capsys.readouterr().out
-    assert out.startswith("PASS") and "TTFT (s)" in out and "report.html" in out
+    # PASS on an idle machine; a busy one (three runs side by side on 2 cores) can add the
+    # client-overload warning and a missed TTFT SLO, which are WARN, never FAIL
+    assert out.split(":")[0] in ("PASS", "WARN"), out[:2000]
+    assert "Errors: none." in out
+    counts = re.search(r"Requests: ([\d,]+) sent, ([\d,]+) recorded \(", out)
+    assert counts and counts[1] == counts[2], out[:2000]  # every request sent has its record
+    assert "TTFT (s)" in out and "report.html" in out
     assert (run_dir / "summary.json").exists()  # rebuilt, as `stress report` always did
     html = (run_dir / "report.html").read_text()
     for cid in ("ttft-over-time", "cache-kv-over-time", "retention-per-user"):

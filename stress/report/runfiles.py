@@ -1,0 +1,474 @@
+"""A run directory's files, read once and checked, for ``summary.json`` and the report.
+
+The files may come from a run that was killed mid-write, from an older version, or from a
+server that sent impossible numbers. Nothing here is skipped silently: a line that cannot
+be read is counted per file, an impossible value (a negative token count, more cached
+than prompt tokens, a field of the wrong type) is removed from its record and counted, so
+the figures never include it and the report says how much was left out. What makes the
+run unusable (a damaged manifest, a file that cannot be opened) is a :class:`RunDirError`:
+one line, exit 1. ``state.json`` (rewritten every second by the run) says how many
+requests were sent, so a killed run's requests in flight are counted, not forgotten.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeGuard
+
+import orjson
+
+from stress.errors import RunDirError
+from stress.record import OUTCOMES
+
+Record = dict[str, Any]
+
+MAX_COUNT = 2**31
+"""Above this a token or chunk count is impossible (no context is two billion tokens)."""
+
+SECONDS = (
+    "t_sched",
+    "t_start",
+    "t_last_byte",
+    "queue_s",
+    "ttft_s",
+    "ttfc_s",
+    "e2e_s",
+    "max_gap_s",
+    "retry_after_s",
+)
+RATES = ("decode_tok_s",)
+COUNTS = (
+    "prompt_tokens",
+    "prompt_tokens_est",
+    "cached_tokens",
+    "reusable_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+    "content_chars",
+    "reasoning_chars",
+    "chunks_content",
+    "chunks_reasoning",
+    "chunks_empty",
+    "conversation_tokens",
+    "paste_tokens",
+    "reconnects",
+)
+IDS = ("user", "conversation", "round", "turn")
+TEXTS = (
+    "phase",
+    "error_class",
+    "error",
+    "finish_reason",
+    "diagnosis",
+    "reasoning_field",
+    "tokens_source",
+    "cache_source",
+    "prompt_source",
+)
+FLAGS = ("warmup", "streamed", "saw_done")
+
+# manifest paths the report reads, and the JSON type each must have when present
+_OBJ, _NUM, _STR, _LIST, _BOOL = "an object", "a number", "a string", "a list", "true/false"
+MANIFEST_SHAPE: tuple[tuple[str, str], ...] = (
+    ("scenario", _OBJ),
+    ("scenario.name", _STR),
+    ("scenario.users", _OBJ),
+    ("scenario.users.count", _NUM),
+    ("scenario.conversation", _OBJ),
+    ("scenario.conversation.ceiling_tokens", _NUM),
+    ("scenario.request", _OBJ),
+    ("scenario.target", _OBJ),
+    ("scenario.target.sim", _OBJ),
+    ("scenario.slo", _OBJ),
+    ("scenario.slo.ttft_p95", _NUM),
+    ("scenario.slo.decode_tok_s_p50", _NUM),
+    ("collectors", _OBJ),
+    ("collectors.server", _OBJ),
+    ("collectors.server.kv_pool_tokens", _NUM),
+    ("collectors.server.hit_rate_run", _NUM),
+    ("collectors.server.preemptions", _NUM),
+    ("collectors.server.restarts", _NUM),
+    ("collectors.server.hangs_suspected", _NUM),
+    ("collectors.server.down_events", _NUM),
+    ("collectors.gpu", _OBJ),
+    ("collectors.gpu.hw_errors", _OBJ),
+    ("collectors.client", _OBJ),
+    ("probe", _OBJ),
+    ("probe.effective_config", _OBJ),
+    ("models", _LIST),
+    ("versions", _OBJ),
+    ("host", _OBJ),
+    ("start_time", _NUM),
+    ("end_time", _NUM),
+    ("duration_s", _NUM),
+    ("time_scale", _NUM),
+)
+
+
+def _is_num(v: object) -> TypeGuard[int | float]:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _type_ok(v: object, kind: str) -> bool:
+    if v is None:
+        return True
+    return {
+        _OBJ: isinstance(v, dict),
+        _NUM: _is_num(v),
+        _STR: isinstance(v, str),
+        _LIST: isinstance(v, list),
+        _BOOL: isinstance(v, bool),
+    }[kind]
+
+
+@dataclass(slots=True)
+class Quality:
+    """What could not be used: unreadable lines per file, impossible values per reason."""
+
+    unreadable: dict[str, int] = field(default_factory=dict)
+    excluded: Counter[str] = field(default_factory=Counter)
+    records: int = 0
+    """Requests with at least one excluded value."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "unreadable_lines": dict(self.unreadable),
+            "excluded_values": dict(sorted(self.excluded.items())),
+            "requests_with_excluded_values": self.records,
+        }
+
+
+@dataclass(slots=True)
+class Accounting:
+    """Requests sent against requests recorded (``state.json`` knows what was sent)."""
+
+    sent: int
+    recorded: int
+    unreadable: int
+    no_record: int
+    """Sent, with no line in requests.jsonl (in flight at a kill, or lost)."""
+    sent_known: bool
+    killed: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sent": self.sent if self.sent_known else None,
+            "recorded": self.recorded,
+            "unreadable_lines": self.unreadable,
+            "no_record": self.no_record,
+            "killed": self.killed,
+        }
+
+
+@dataclass(slots=True)
+class RunFiles:
+    """A run directory's files, read and checked (telemetry on the wall clock)."""
+
+    path: Path
+    manifest: dict[str, Any]
+    requests: list[Record]
+    events: list[Record]
+    server: list[Record]
+    gpu: list[Record]
+    state: dict[str, Any] | None
+    time_scale: float
+    duration_s: float
+    quality: Quality
+
+    @property
+    def accounting(self) -> Accounting:
+        return accounting(self.manifest, self.requests, self.state, self.quality)
+
+
+def read_jsonl_counted(path: Path) -> tuple[list[Record], int]:
+    """Every JSON-object line of a file, and how many non-blank lines were not one
+    (a torn last line after ``kill -9``, a damaged line). A missing file is empty."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0
+    except OSError as e:
+        raise RunDirError(f"cannot read {path}: {e.strerror or e}") from None
+    out: list[Record] = []
+    bad = 0
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+        else:
+            bad += 1
+    return out, bad
+
+
+def read_manifest_checked(run_dir: Path) -> dict[str, Any]:
+    """The manifest, with every field the report reads of the type it must have."""
+    path = run_dir / "manifest.json"
+    if not run_dir.is_dir() or not path.is_file():
+        raise RunDirError(
+            f"{run_dir} is not a run directory (no manifest.json) -- fix: pass a folder "
+            "under out/ made by `stress run`"
+        )
+    try:
+        obj = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError:
+        raise RunDirError(f"{path} is damaged (not JSON)") from None
+    except OSError as e:
+        raise RunDirError(f"cannot read {path}: {e.strerror or e}") from None
+    if not isinstance(obj, dict):
+        raise RunDirError(f"{path} is damaged (not a JSON object)")
+    for key, kind in MANIFEST_SHAPE:
+        node: Any = obj
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if not _type_ok(node, kind):
+            raise RunDirError(
+                f"{path} is damaged: {key} is {type(node).__name__} {_short(node)}, expected {kind}"
+            )
+    scale = obj.get("time_scale")
+    if scale is not None and scale <= 0:
+        raise RunDirError(f"{path} is damaged: time_scale is {scale}, expected a number > 0")
+    return obj
+
+
+def _short(v: object) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def clean_request(r: Record) -> tuple[Record, list[str]]:
+    """The record without its impossible values, and why each one went."""
+    out = dict(r)
+    why: list[str] = []
+
+    def drop(key: str, reason: str) -> None:
+        out.pop(key, None)
+        why.append(f"{key} {reason}")
+
+    for key in (*SECONDS, *RATES):
+        v = out.get(key)
+        if v is None:
+            continue
+        if not _is_num(v):
+            drop(key, "not a number")
+        elif v < 0:
+            drop(key, "negative")
+    for key in (*COUNTS, *IDS):
+        v = out.get(key)
+        if v is None:
+            continue
+        if not _is_num(v) or (key in IDS and v != int(v)):
+            drop(key, "not a number")
+        elif v < 0:
+            drop(key, "negative")
+        elif v >= MAX_COUNT:
+            drop(key, "impossibly large")
+    c, p = out.get("cached_tokens"), out.get("prompt_tokens")
+    if c is not None and p is not None and c > p:
+        drop("cached_tokens", "> prompt_tokens")
+    for key in TEXTS:
+        if out.get(key) is not None and not isinstance(out[key], str):
+            drop(key, "not text")
+    for key in FLAGS:
+        if out.get(key) is not None and not isinstance(out[key], bool):
+            drop(key, "not true/false")
+    status = out.get("http_status")
+    if status is not None and not (isinstance(status, int) and 100 <= status <= 599):
+        drop("http_status", "not an HTTP status")
+    if out.get("server_timings") is not None and not isinstance(out["server_timings"], dict):
+        drop("server_timings", "not an object")
+    outcome = out.get("outcome", "error")
+    if outcome not in OUTCOMES:
+        why.append("outcome unknown")
+        out["outcome"] = "error"
+        out.setdefault("error_class", None)
+    return out, why
+
+
+def clean_event(e: Record) -> Record | None:
+    """An event with a text ``kind``; None when it has none (counted as unreadable)."""
+    if not isinstance(e.get("kind"), str):
+        return None
+    out = dict(e)
+    if not _is_num(out.get("t")):
+        out.pop("t", None)
+    if not isinstance(out.get("data"), dict):
+        out["data"] = {}
+    if not isinstance(out.get("message"), str):
+        out.pop("message", None)
+    if out.get("user") is not None and not _is_num(out["user"]):
+        out.pop("user", None)
+    return out
+
+
+def read_state(run_dir: Path, quality: Quality) -> dict[str, Any] | None:
+    """``state.json`` if the run wrote one and it reads; a damaged one is counted."""
+    path = run_dir / "state.json"
+    try:
+        obj = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError):
+        quality.unreadable["state.json"] = 1
+        return None
+    if not isinstance(obj, dict):
+        quality.unreadable["state.json"] = 1
+        return None
+    state: dict[str, Any] = {}
+    for key in ("t", "sent", "recorded", "in_flight_count"):
+        v = obj.get(key)
+        if _is_num(v) and v >= 0:
+            state[key] = v
+    if isinstance(obj.get("finished"), bool):
+        state["finished"] = obj["finished"]
+    return state
+
+
+def rescale_record(r: Record, scale: float) -> Record:
+    """A request on the simulated clock: times multiplied, the decode rate divided."""
+    r = dict(r)
+    for key in SECONDS:
+        if r.get(key) is not None:
+            r[key] *= scale
+    if r.get("decode_tok_s") is not None:
+        r["decode_tok_s"] /= scale
+    return r
+
+
+def end_time(r: Record) -> float:
+    """When a request ended, seconds since run start (its last byte without an e2e)."""
+    if r.get("e2e_s") is None and r.get("t_last_byte") is not None:
+        return float(r["t_last_byte"])
+    return float(r.get("t_start") or 0.0) + float(r.get("e2e_s") or 0.0)
+
+
+def run_duration(
+    manifest: dict[str, Any], state: dict[str, Any] | None, requests: list[Record], scale: float
+) -> float:
+    """How long the run lived: the manifest's duration; after a kill, how long state.json
+    saw it alive (never less than the last request's end)."""
+    d = manifest.get("duration_s")
+    if _is_num(d) and d > 0:
+        return float(d) * scale
+    last = max((end_time(r) for r in requests), default=0.0)
+    lived = float(state["t"]) * scale if state and "t" in state else 0.0
+    return max(lived, last)
+
+
+def accounting(
+    manifest: dict[str, Any],
+    requests: list[Record],
+    state: dict[str, Any] | None,
+    quality: Quality,
+) -> Accounting:
+    unreadable = quality.unreadable.get("requests.jsonl", 0)
+    lines = len(requests) + unreadable
+    sent_known = state is not None and "sent" in state
+    sent = max(int(state["sent"]), lines) if state is not None and sent_known else lines
+    return Accounting(
+        sent=sent,
+        recorded=len(requests),
+        unreadable=unreadable,
+        no_record=sent - lines,
+        sent_known=sent_known,
+        killed=manifest.get("end_time") is None,
+    )
+
+
+def _telemetry(
+    run_dir: Path, name: str, quality: Quality, clean: Callable[[Record], Record | None]
+) -> list[Record]:
+    """A telemetry file's usable lines; the rest counted as unreadable in ``quality``."""
+    raw, bad = read_jsonl_counted(run_dir / name)
+    out = [c for c in (clean(r) for r in raw) if c is not None]
+    bad += len(raw) - len(out)
+    if bad:
+        quality.unreadable[name] = bad
+    return out
+
+
+def _numbers(d: object) -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {}
+    if all(_is_num(v) for v in d.values()):
+        return d
+    return {k: v for k, v in d.items() if _is_num(v)}
+
+
+def _clean_server(s: Record) -> Record | None:
+    """A server sample with a time; its counters and gauges numbers only (in place)."""
+    if not _is_num(s.get("t")):
+        return None
+    for key in ("deltas", "rates", "values"):
+        s[key] = _numbers(s.get(key))
+    if "kv_usage" in s and not _is_num(s["kv_usage"]):
+        del s["kv_usage"]
+    return s
+
+
+def _clean_gpu(rec: Record) -> Record | None:
+    """A GPU line: its cards are objects, times numbers, throttle reasons a list (in
+    place; the lines were just parsed)."""
+    cards = rec.get("cards")
+    if not isinstance(cards, list) or not _is_num(rec.get("t", 0.0)):
+        return None
+    if not all(isinstance(c, dict) for c in cards):
+        rec["cards"] = cards = [c for c in cards if isinstance(c, dict)]
+    for c in cards:
+        for key in ("t", "power_limit_w"):
+            if c.get(key) is not None and not _is_num(c[key]):
+                del c[key]
+        if "throttle" in c and not isinstance(c["throttle"], list):
+            del c["throttle"]
+        if "pcie" in c and not isinstance(c["pcie"], dict):
+            del c["pcie"]
+    return rec
+
+
+def read_run_files(run_dir: Path) -> RunFiles:
+    """Read and check a run directory; times on the simulated clock for scaled runs."""
+    manifest = read_manifest_checked(run_dir)
+    quality = Quality()
+    raw, bad = read_jsonl_counted(run_dir / "requests.jsonl")
+    if bad:
+        quality.unreadable["requests.jsonl"] = bad
+    requests: list[Record] = []
+    for r in raw:
+        clean, why = clean_request(r)
+        if why:
+            quality.records += 1
+            quality.excluded.update(why)
+        requests.append(clean)
+    raw_events, bad = read_jsonl_counted(run_dir / "events.jsonl")
+    events = [e for e in (clean_event(e) for e in raw_events) if e is not None]
+    bad += len(raw_events) - len(events)
+    if bad:
+        quality.unreadable["events.jsonl"] = bad
+    server = _telemetry(run_dir, "server.jsonl", quality, _clean_server)
+    gpu = _telemetry(run_dir, "gpu.jsonl", quality, _clean_gpu)
+    state = read_state(run_dir, quality)
+    scale = float(manifest.get("time_scale") or 1.0)
+    if scale != 1.0:  # a time-scaled simulator run: report simulated seconds
+        requests = [rescale_record(r, scale) for r in requests]
+        events = [{**e, "t": e["t"] * scale} if "t" in e else e for e in events]
+    return RunFiles(
+        path=run_dir,
+        manifest=manifest,
+        requests=requests,
+        events=events,
+        server=server,
+        gpu=gpu,
+        state=state,
+        time_scale=scale,
+        duration_s=run_duration(manifest, state, requests, scale),
+        quality=quality,
+    )
