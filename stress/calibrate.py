@@ -25,8 +25,13 @@ async def server_token_count(
     timeout = aiohttp.ClientTimeout(total=10)
     for path, body in attempts:
         try:
+            # never follow a redirect: it would carry the key (and the sample) elsewhere
             async with session.post(
-                base_url + path, json=body, headers=headers, timeout=timeout
+                base_url + path,
+                json=body,
+                headers=headers,
+                timeout=timeout,
+                allow_redirects=False,
             ) as resp:
                 if resp.status != 200:
                     continue

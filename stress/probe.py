@@ -9,12 +9,18 @@ manifest so two runs are only compared when they really differ (field note 8).
 ``check_scenario`` turns a probe into warnings; ``render_probe`` into one screen of text.
 
 Nothing here ever stores or prints request headers: the API key stays in the session.
+Nothing here prints a response body either (a static server's 404 page is HTML): bodies
+are summarised as ``HTTP 404 (text/html, 469 bytes)``. Redirects are never followed (a
+redirect to another host would carry the key there); a 3xx is reported as such, with any
+credentials stripped from the URL shown. A server is only called OpenAI-compatible when
+/v1/models answers JSON with a ``data`` list.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import re
 from typing import Any, Literal
 
@@ -30,6 +36,7 @@ from stress.collectors.prometheus import (
     parse_metrics,
     vllm_kv_pool_tokens,
 )
+from stress.secrets import safe_url
 
 ServerKind = Literal["vllm", "sglang", "llamacpp", "openai", "unknown"]
 
@@ -67,7 +74,10 @@ class ProbeResult(BaseModel):
 
     target: str
     reachable: bool
+    openai_compatible: bool = False
+    """/v1/models answered JSON with a ``data`` list; only then is the target usable."""
     error: str | None = None
+    """Why the target cannot be used (unreachable, not OpenAI-compatible, wants a key)."""
     health: str | None = None
     kind: ServerKind = "unknown"
     kind_evidence: list[str] = Field(default_factory=list)
@@ -104,12 +114,21 @@ class ProbeResult(BaseModel):
 
 
 class _Resp:
-    __slots__ = ("body", "error", "status")
+    __slots__ = ("body", "ctype", "error", "location", "status")
 
-    def __init__(self, status: int | None, body: bytes = b"", error: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int | None,
+        body: bytes = b"",
+        error: str | None = None,
+        ctype: str = "",
+        location: str | None = None,
+    ) -> None:
         self.status = status
         self.body = body
         self.error = error
+        self.ctype = ctype
+        self.location = location
 
     def json(self) -> Any:
         if self.status != 200:
@@ -122,12 +141,24 @@ class _Resp:
     def label(self) -> str:
         return str(self.status) if self.status is not None else (self.error or "error")
 
+    def summary(self) -> str:
+        """One line about the answer that never quotes the body: it may be an HTML page."""
+        if self.status is None:
+            return self.error or "no answer"
+        if 300 <= self.status < 400:
+            where = safe_url(self.location) if self.location else "nowhere"
+            return f"HTTP {self.status} redirect to {where} (not followed)"
+        return f"HTTP {self.status} ({self.ctype or 'no content type'}, {len(self.body):,} bytes)"
+
 
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timeout"
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot connect ({exc.os_error.strerror or type(exc.os_error).__name__})"
+        err, code = exc.os_error, exc.os_error.errno
+        # errno for refused/unreachable (not asyncio's 'Connect call failed'); DNS has none
+        why = os.strerror(code) if code and code > 0 else (err.strerror or type(err).__name__)
+        return f"cannot connect: {why}"
     if isinstance(exc, aiohttp.InvalidURL):
         return "invalid URL"
     return type(exc).__name__
@@ -148,8 +179,10 @@ async def _request(
             headers=headers,
             json=json_body,
             timeout=aiohttp.ClientTimeout(total=timeout_s),
+            allow_redirects=False,
         ) as resp:
-            return _Resp(resp.status, await resp.read())
+            body = await resp.read()
+            return _Resp(resp.status, body, None, resp.content_type, resp.headers.get("Location"))
     except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
         return _Resp(None, b"", _describe(exc))
 
@@ -239,6 +272,7 @@ async def probe(
 ) -> ProbeResult:
     """Ask the server about itself. Never raises for server-side problems."""
     base = normalize_base_url(base_url)
+    shown = safe_url(base)  # what the result (and the run manifest) keeps: no credentials
     responses = await asyncio.gather(
         *(_request(session, "GET", base + ep, headers, timeout_s) for ep in _ENDPOINTS)
     )
@@ -250,22 +284,23 @@ async def probe(
     endpoints = {ep: resp.label() for ep, resp in r.items()}
     if all(resp.status is None for resp in r.values()):
         err = r["/health"].error or r["/v1/models"].error or "no answer"
-        return ProbeResult(target=base, reachable=False, error=err, endpoints=endpoints)
+        return ProbeResult(target=shown, reachable=False, error=err, endpoints=endpoints)
 
     notes: list[str] = []
     health = r["/health"]
-    health_text: str | None
-    if health.status == 200:
-        health_text = "ok"
-    elif health.status is None:
-        health_text = health.error
-    else:
-        health_text = f"HTTP {health.status} {health.body[:100].decode(errors='replace')}".strip()
+    health_text = "ok" if health.status == 200 else health.summary()
 
-    models_doc = _dict(r["/v1/models"].json())
-    cards = [c for c in models_doc.get("data", []) if isinstance(c, dict)]
-    if r["/v1/models"].status in (401, 403):
-        notes.append("/v1/models refused the request: pass the API key with --api-key-env NAME")
+    models_resp = r["/v1/models"]
+    models_doc = _dict(models_resp.json())
+    if not isinstance(models_doc.get("data"), list):
+        return ProbeResult(
+            target=shown,
+            reachable=True,
+            error=_not_compatible(models_resp, "Authorization" in headers),
+            health=health_text,
+            endpoints=endpoints,
+        )
+    cards = [c for c in models_doc["data"] if isinstance(c, dict)]
     first = cards[0] if cards else {}
     owned_by = first.get("owned_by") if isinstance(first.get("owned_by"), str) else None
     props = _dict(r["/props"].json())
@@ -400,8 +435,9 @@ async def probe(
     cached_flag = CACHED_TOKENS_FLAGS.get(kind) if cached is not True else None
 
     return ProbeResult(
-        target=base,
+        target=shown,
         reachable=True,
+        openai_compatible=True,
         health=health_text,
         kind=kind,
         kind_evidence=evidence,
@@ -426,6 +462,29 @@ async def probe(
         endpoints=endpoints,
         effective_config=config,
         notes=notes,
+    )
+
+
+def _not_compatible(models: _Resp, key_sent: bool) -> str:
+    """Why /v1/models shows the target is not an OpenAI-compatible server we can use."""
+    what = models.summary()
+    if models.status in (401, 403):
+        if not key_sent:
+            return (
+                f"/v1/models wants an API key ({what}) and none was sent -- fix: pass "
+                "--api-key-env NAME (a variable holding the key)"
+            )
+        return f"/v1/models refused the API key ({what}) -- fix: check the key in --api-key-env"
+    if models.status is None:
+        return f"/v1/models did not answer ({what}) -- fix: check that the server is up"
+    if 300 <= models.status < 400:
+        return f"/v1/models answered {what} -- fix: use the URL it points to as --target"
+    if models.status == 200:
+        what = f"{what}, not a JSON model list"
+    return (
+        f"not an OpenAI-compatible server: /v1/models answered {what} -- fix: point "
+        "--target at the server root of vLLM, SGLang, llama-server or another "
+        "OpenAI-compatible server (no /v1 suffix)"
     )
 
 
@@ -459,12 +518,19 @@ def check_scenario(result: ProbeResult, ceiling_tokens: int, max_tokens: int) ->
     """Warnings for a scenario whose conversations grow to ``ceiling_tokens``."""
     if not result.reachable:
         return [f"server not reachable at {result.target}: {result.error}"]
+    if not result.openai_compatible:
+        return [f"{result.target}: {result.error}"]
     warnings: list[str] = []
     need = ceiling_tokens + max_tokens
     ctx = result.context_length
+    llamacpp = result.kind == "llamacpp"
     if ctx is not None and need > ctx:
         fix = f"lower conversation.ceiling_tokens to at most {max(ctx - max_tokens, 0):,}"
-        if result.kind == "llamacpp":
+        if llamacpp:
+            # A llama.cpp slot never preempts: a request that does not fit is refused.
+            what = (
+                "requests past the slot's context fail with HTTP 400 (recorded as context_exceeded)"
+            )
             fix += (
                 " or give each slot more context (-c is split across --parallel slots and a"
                 " slot is capped at the model's training context"
@@ -472,17 +538,20 @@ def check_scenario(result: ProbeResult, ceiling_tokens: int, max_tokens: int) ->
                 + ")"
             )
         else:
+            what = "requests past it will fail with HTTP 400 (recorded as context_exceeded)"
             fix += " or raise the server's context (e.g. vLLM --max-model-len)"
         warnings.append(
             f"conversation ceiling {ceiling_tokens:,} + max_tokens {max_tokens:,} = "
             f"{need:,} tokens exceeds the server's per-request context of {ctx:,} "
-            f"({result.context_source}): requests past it will fail with HTTP 400; {fix}"
+            f"({result.context_source}): {what}; {fix}"
         )
     elif ctx is None:
         warnings.append(
             "the server's per-request context length is unknown: cannot check the ceiling"
         )
-    if result.kv_pool_tokens is not None and need > result.kv_pool_tokens:
+    # vLLM and SGLang share one pool and preempt; llama.cpp's "pool" is its slots, covered
+    # by the per-request context above.
+    if not llamacpp and result.kv_pool_tokens is not None and need > result.kv_pool_tokens:
         warnings.append(
             f"one conversation at the ceiling ({need:,} tokens) is larger than the KV pool "
             f"({result.kv_pool_tokens:,} tokens): expect preemptions and re-prefill"
@@ -513,6 +582,8 @@ def render_probe(result: ProbeResult, warnings: list[str] | None = None) -> str:
     """One screen of text for ``stress probe``."""
     if not result.reachable:
         return f"target   {result.target}\n         NOT REACHABLE: {result.error}\n"
+    if not result.openai_compatible:
+        return f"target   {result.target}\n         NOT USABLE: {result.error}\n"
     lines = [f"target   {result.target}  (health: {result.health})"]
     why = ", ".join(result.kind_evidence) or "no server-specific endpoint answered"
     lines.append(f"server   {_NAMES[result.kind]} {result.version or '(version unknown)'}  [{why}]")

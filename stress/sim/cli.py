@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 import sys
 from typing import Any
 
@@ -35,7 +36,10 @@ _FLAGS: dict[str, str] = {
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 = any)")
+    # Checked in ``main`` (not by argparse) so a bad port is one line, not a usage block.
+    parser.add_argument(
+        "--port", metavar="PORT", default="8000", help="port (default 8000; 0 = any free one)"
+    )
     parser.add_argument("--config", metavar="FILE", help="YAML file of simulator settings")
     parser.add_argument("--kv-tokens", type=int, help="KV pool size in tokens")
     parser.add_argument("--block-size", type=int, help="tokens per KV block")
@@ -71,34 +75,59 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         raise SimConfigError(format_validation_error(exc, "command line", {})) from None
 
 
+def parse_port(text: object) -> int:
+    """``--port`` as a TCP port (0-65535); raises SimConfigError with the fix."""
+    try:
+        port = int(str(text).strip())
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise SimConfigError(
+            f"--port {text!r} is not a TCP port -- fix: give a whole number from 1 to 65535 "
+            "(0 picks any free port)"
+        )
+    return port
+
+
 async def _serve(cfg: SimConfig, host: str, port: int) -> None:
-    sim = await start_sim(cfg, host=host, port=port)
+    """Serve until SIGINT or SIGTERM, then stop at once, streams in flight included."""
+    sim = await start_sim(cfg, host=host, port=port, quiet=False)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not on Windows
+            loop.add_signal_handler(sig, stop.set)
     print(
         f"stress sim: {cfg.dialect} simulator serving model {cfg.model!r} at {sim.url} "
         f"(time scale {cfg.time_scale:g}; Ctrl-C to stop)",
         flush=True,
     )
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
+        for sig in signals:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
         await sim.close()
 
 
 def main(args: argparse.Namespace) -> int:
     try:
+        port = parse_port(args.port)
         cfg = build_config(args)
     except SimConfigError as exc:
         print(f"stress sim: {exc}", file=sys.stderr)
         return 2
     try:
         runner = _runner()
-        runner(_serve(cfg, args.host, args.port))
+        runner(_serve(cfg, args.host, port))
     except KeyboardInterrupt:
         return 0
     except OSError as exc:
         print(
-            f"stress sim: cannot listen on {args.host}:{args.port} ({exc.strerror or exc}) "
-            "-- fix: pick another --port",
+            f"stress sim: cannot listen on {args.host}:{port} ({exc.strerror or exc}) "
+            "-- fix: pick another --port or --host",
             file=sys.stderr,
         )
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import socket
 import struct
@@ -29,14 +30,22 @@ from stress.sim.prompt import PromptTokenizer
 from stress.sim.scheduler import DONE, END, Engine, Seq
 
 _NEVER = 10**9
+# Seconds that closing the simulator waits for handlers after their connections are dropped.
+_SHUTDOWN_S = 0.5
+# The in-process simulator's HTTP layer logs here, and nowhere: a fault or a client that
+# hangs up is told on the wire, never as a traceback in the terminal of ``stress run``.
+_QUIET_LOG = logging.getLogger("stress.sim.http")
+_QUIET_LOG.addHandler(logging.NullHandler())
+_QUIET_LOG.propagate = False
 
 
 class RunningSim:
     """A started simulator. ``url`` is the server root (no ``/v1``)."""
 
-    def __init__(self, config: SimConfig, host: str) -> None:
+    def __init__(self, config: SimConfig, host: str, quiet: bool = True) -> None:
         self.config = config
         self.host = host
+        self.quiet = quiet
         self.port = 0
         self.engine = Engine(config)
         self.ground_truth = GroundTruth(config.ground_truth_path)
@@ -73,7 +82,14 @@ class RunningSim:
         else:
             r.add_get("/props", self._props)
             r.add_get("/slots", self._slots)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        extra: dict[str, Any] = {"logger": _QUIET_LOG} if self.quiet else {}
+        self._runner = web.AppRunner(
+            app,
+            handler_cancellation=True,
+            access_log=None,
+            shutdown_timeout=_SHUTDOWN_S,
+            **extra,
+        )
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, self.host, port)
         await self._site.start()
@@ -86,6 +102,12 @@ class RunningSim:
             self._spawn(self._restart_at(at, rule))
 
     async def close(self) -> None:
+        """Stop promptly, streams in flight included: drop their connections, then clean up."""
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+        for req in list(self._active.values()):
+            _reset_transport(req)
         for task in list(self._bg):
             task.cancel()
         for task in list(self._bg):
@@ -183,6 +205,9 @@ class RunningSim:
         self._active[id(request)] = request
         try:
             return await self._chat_inner(request, request_no, fault, received_at, t0)
+        except ConnectionResetError:
+            # The client hung up mid-reply (or a fault dropped it): no one is left to answer.
+            raise asyncio.CancelledError from None
         finally:
             self._active.pop(id(request), None)
 
@@ -521,8 +546,14 @@ def _reset_transport(request: web.Request) -> None:
     transport.abort()
 
 
-async def start_sim(config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> RunningSim:
-    """Start the simulator in the running event loop; ``port=0`` picks a free port."""
-    sim = RunningSim(config, host)
+async def start_sim(
+    config: SimConfig, host: str = "127.0.0.1", port: int = 0, *, quiet: bool = True
+) -> RunningSim:
+    """Start the simulator in the running event loop; ``port=0`` picks a free port.
+
+    ``quiet`` (the default, for the simulator inside ``stress run``) keeps aiohttp's
+    request-error log out of the terminal; the standalone ``stress sim`` shows it.
+    """
+    sim = RunningSim(config, host, quiet)
     await sim._start(port)
     return sim

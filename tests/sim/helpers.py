@@ -88,3 +88,59 @@ def parse_metrics(text: str) -> dict[str, float]:
 async def get_metrics(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
     async with session.get(url + "/metrics") as resp:
         return parse_metrics(await resp.text())
+
+
+class SimProcess:
+    """``stress sim`` in a subprocess, up once its listening line is printed.
+
+    ``startup_s`` (spawn to listening) measures how fast this machine is right now; tests
+    derive their bounds from it instead of guessing, so a busy 2-core machine only makes
+    them slower, never flaky.
+    """
+
+    def __init__(self, *args: str) -> None:
+        import subprocess
+        import sys
+        import time
+
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "stress", "sim", "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        # Blocks until the line or the process's end; pytest's timeout bounds a hang.
+        self.line = self.proc.stdout.readline()
+        self.startup_s = time.monotonic() - t0
+        if " at http://" not in self.line:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+            raise AssertionError(f"stress sim did not start: {self.line!r} {err!r}")
+        self.url = self.line.split(" at ", 1)[1].split()[0]
+
+    def bound(self, factor: float = 3.0) -> float:
+        """A wait for ``factor`` x the start-up's work, which any quick action is below."""
+        return max(self.startup_s, 1.0) * factor
+
+    def stop(self, sig: int) -> tuple[int, str, str]:
+        """Signal, wait (bounded by the start-up's measured speed), return rc/stdout/stderr."""
+        import subprocess
+
+        self.proc.send_signal(sig)
+        try:
+            out, err = self.proc.communicate(timeout=self.bound(4.0))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            raise AssertionError(
+                f"stress sim still running {self.bound(4.0):.1f}s after signal {sig} "
+                f"(start-up took {self.startup_s:.1f}s)"
+            ) from None
+        return self.proc.returncode, out, err
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.client
+import signal
 import subprocess
 import sys
-import time
+import urllib.request
 from pathlib import Path
 
+import orjson
 import pytest
 from pydantic import ValidationError
 
 from stress.sim import SimConfig
 from stress.sim.cli import add_arguments, build_config, main
 from stress.sim.config import SimConfigError, load_config_file
+from tests.sim.helpers import SimProcess
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -82,34 +87,65 @@ def test_main_reports_bad_input_without_traceback(
 
 
 def test_cli_serves_until_interrupted() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "stress.sim.cli", "--port", "0", "--time-scale", "10"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    sim = SimProcess("--time-scale", "10")
+    try:
+        # The listening line is printed once the socket listens: no retry loop needed.
+        with urllib.request.urlopen(sim.url + "/v1/models", timeout=sim.bound()) as r:
+            assert b"sim-llm" in r.read()
+        rc, _out, err = sim.stop(signal.SIGINT)
+    finally:
+        sim.kill()
+    assert rc == 0, err
+    assert "Traceback" not in err
+
+
+def _open_stream(url: str, timeout: float) -> http.client.HTTPResponse:
+    """POST a streamed chat and return once its first SSE line has arrived."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    body = {"model": "sim-llm", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    conn.request("POST", "/v1/chat/completions", orjson.dumps(body), {"Content-Type": "x"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    assert resp.readline().startswith(b"data: ")
+    return resp
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_cli_stops_at_once_with_streams_in_flight(tmp_path: Path, sig: int) -> None:
+    """Two streams stalled mid-reply do not hold the exit, and both leave a record."""
+    cfg = tmp_path / "sim.yaml"
+    cfg.write_text(
+        "faults:\n  - kind: stall\n    on_requests: [1, 2]\n    after_tokens: 1\n"
+        "    duration_s: 100000\n"
+    )
+    truth = tmp_path / "truth.jsonl"
+    sim = SimProcess("--config", str(cfg), "--ground-truth", str(truth))
+    try:
+        streams = [_open_stream(sim.url, sim.bound()) for _ in range(2)]
+        rc, _out, err = sim.stop(sig)
+    finally:
+        sim.kill()
+    assert rc == 0, err
+    assert "Traceback" not in err
+    for resp in streams:  # the server dropped them rather than leaving them hanging
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            resp.read()
+    recs = [orjson.loads(line) for line in truth.read_bytes().splitlines()]
+    assert sorted(r["request_no"] for r in recs) == [1, 2]
+
+
+@pytest.mark.parametrize("port", ["99999", "-1", "abc"])
+def test_cli_rejects_a_bad_port_in_one_line(port: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "stress", "sim", f"--port={port}"],
+        capture_output=True,
         text=True,
     )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "http://127.0.0.1:" in line, line
-        url = line.split(" at ", 1)[1].split()[0]
-        import urllib.request
-
-        deadline = time.time() + 5
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/v1/models", timeout=2) as r:
-                    assert b"sim-llm" in r.read()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.05)
-    finally:
-        proc.send_signal(2)
-        rc = proc.wait(timeout=10)
-    assert rc == 0
-    assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "--port" in proc.stderr and "fix:" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_simulator_does_not_import_textual() -> None:
