@@ -1,8 +1,17 @@
 """The plain-text UI sink: progress lines and events, for CI, pipes and ``--no-tui``.
 
-Prints a status line at a fixed interval and each notable event as it happens; repeated
-events of one kind are counted rather than flooding the terminal. Everything printed goes
-through the secret redactor.
+Prints a status line at a fixed interval and each notable event as it happens, without
+flooding the terminal:
+
+- run-level failures (``recorder_failed``, ``collector_failed``, ``user_crashed``) are
+  printed at once, every one, and named in every later status line;
+- per-request events (``request_failed``, ``empty_reply``, ``stall``) are printed at most
+  ``REQUEST_LINES`` per status interval, the rest counted in one "... and K more" line;
+- other warnings and errors: the first ``MAX_PER_KIND`` of each kind, then counted.
+
+The status line names the users whose request has waited longest for its first token or
+been silent longest (``u3 1st token 23s``), so a stall shows while it happens. Nothing
+here grows with the run. Everything printed goes through the secret redactor.
 """
 
 from __future__ import annotations
@@ -15,10 +24,14 @@ from typing import Protocol, TextIO
 
 from stress.durations import format_duration
 from stress.events import RunEvent
-from stress.live import Snapshot
+from stress.live import REQUEST_EVENT_KINDS, RUN_FAILURE_KINDS, SILENT_AFTER_S, Snapshot
 from stress.secrets import REDACTOR
 
 MAX_PER_KIND = 5
+REQUEST_LINES = 5
+"""Per-request event lines printed per status interval; the rest are counted."""
+LONGEST_WAITS = 3
+"""Users named in the status line's ``longest waits`` part."""
 
 
 class UiSink(Protocol):
@@ -47,22 +60,78 @@ class HeadlessPrinter:
         self.interval_s = interval_s
         self.out = stream or sys.stdout
         self._kinds: Counter[str] = Counter()
+        self._window_lines = 0
+        self._held: Counter[str] = Counter()
 
     def line(self, text: str) -> None:
         print(REDACTOR.text(text), file=self.out, flush=True)
 
+    def _event_line(self, ev: RunEvent) -> None:
+        who = f"u{ev.user} " if ev.user is not None else ""
+        self.line(f"[{format_duration(ev.t):>6}] {ev.severity.upper()}: {who}{ev.message}")
+
     def on_event(self, ev: RunEvent) -> None:
+        if ev.kind in RUN_FAILURE_KINDS:
+            self._kinds[ev.kind] += 1
+            self._event_line(ev)
+            return
         if ev.severity == "info":
             return
         self._kinds[ev.kind] += 1
+        if ev.kind in REQUEST_EVENT_KINDS:
+            if self._window_lines < REQUEST_LINES:
+                self._window_lines += 1
+                self._event_line(ev)
+            else:
+                self._held[ev.kind] += 1
+            return
         n = self._kinds[ev.kind]
         if n <= MAX_PER_KIND:
-            self.line(f"[{format_duration(ev.t):>6}] {ev.severity.upper()}: {ev.message}")
+            self._event_line(ev)
         elif n == MAX_PER_KIND + 1:
             self.line(
                 f"[{format_duration(ev.t):>6}] (further '{ev.kind}' events are counted "
                 "in events.jsonl, not printed)"
             )
+
+    def end_interval(self) -> None:
+        """Say how many per-request events were not printed, and open a new budget."""
+        if self._held:
+            n = sum(self._held.values())
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(self._held.items()))
+            self.line(f"         ... and {n} more ({kinds}): see events.jsonl")
+            self._held.clear()
+        self._window_lines = 0
+
+    def failures(self) -> list[str]:
+        """The run-level failures so far, as status-line parts."""
+        out: list[str] = []
+        if self._kinds["recorder_failed"]:
+            out.append("RECORDER FAILED: run files not written")
+        if n := self._kinds["user_crashed"]:
+            out.append(f"{n} user{'s' if n > 1 else ''} CRASHED")
+        if n := self._kinds["collector_failed"]:
+            out.append(f"{n} collector{'s' if n > 1 else ''} FAILED")
+        return out
+
+    @staticmethod
+    def longest_waits(s: Snapshot) -> str | None:
+        """``u3 1st token 23s, u5 silent 12s, +2 more``: requests quiet for over 2 s."""
+        waits: list[tuple[float, str]] = []
+        for u in s.users:
+            if u.first_token_wait_s is not None and u.first_token_wait_s >= SILENT_AFTER_S:
+                waits.append((u.first_token_wait_s, f"u{u.user} 1st token"))
+            elif u.silent_s is not None and u.silent_s >= SILENT_AFTER_S:
+                waits.append((u.silent_s, f"u{u.user} silent"))
+        if not waits:
+            return None
+        waits.sort(reverse=True)
+        shown = [
+            f"{what} {format_duration(float(int(age)))}" for age, what in waits[:LONGEST_WAITS]
+        ]
+        if len(waits) > LONGEST_WAITS:
+            shown.append(f"+{len(waits) - LONGEST_WAITS} more")
+        return "longest waits: " + ", ".join(shown)
 
     def status(self, s: Snapshot) -> str:
         total = f" / {format_duration(self.total_s)}" if self.total_s else ""
@@ -72,6 +141,7 @@ class HeadlessPrinter:
         longest = max((u.conversation_tokens for u in s.users), default=0)
         parts = [
             f"[{format_duration(s.t):>6}{total}] {s.phase}",
+            *self.failures(),
             f"requests {s.rounds_done} (ok {o['ok']}, err {o['error']}, empty {o['empty']}, "
             f"reasoning-only {o['reasoning_only']}, truncated {o['truncated']})",
             f"in flight {s.in_flight}",
@@ -83,6 +153,12 @@ class HeadlessPrinter:
         server = s.collectors.get("server")
         if server and server.get("hit_rate_window") is not None:
             parts.append(f"server hit {100 * server['hit_rate_window']:.0f}%")
+        stalls = sum(u.stalls for u in s.users)
+        if stalls:
+            parts.append(f"stalls {stalls}")
+        waits = self.longest_waits(s)
+        if waits:
+            parts.append(waits)
         return " | ".join(parts)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -90,4 +166,6 @@ class HeadlessPrinter:
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self.interval_s)
             except TimeoutError:
+                self.end_interval()
                 self.line(self.status(self.snapshot()))
+        self.end_interval()

@@ -6,8 +6,10 @@ length: per-user rows, fixed-size windows of recent values, running totals. The 
 numbers for the report come from the files on disk, not from here.
 
 The in-flight request of each user is read, not copied, at snapshot time: the client
-updates its record's chunk counters in place, so the live state of a stream (waiting for
-the first token, reasoning, streaming content, current tok/s) costs nothing per chunk.
+updates its record's chunk counters and ``t_last_byte`` in place, so the live state of a
+stream (waiting for the first token and for how long, reasoning, streaming content, silent
+since the last byte, current tok/s) costs nothing per chunk: the ages are computed here,
+once per snapshot, from the record's timestamps.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ from stress.record import OUTCOMES, RequestRecord
 UserState = str
 """starting, thinking, waiting (for the first token), reasoning, streaming, done."""
 RECENT_TURNS = 10
+SILENT_AFTER_S = 2.0
+"""A stream with no byte for this long is shown as silent (normal gaps are milliseconds)."""
+STALL_CLASSES = frozenset({"stall", "first_token_timeout"})
+"""Error classes counted as stalls per user (the same requests get a ``stall`` event)."""
+REQUEST_EVENT_KINDS = frozenset({"request_failed", "empty_reply", "stall"})
+"""Per-request events: one per bad request, so a flood is possible; the UIs rate-limit them."""
+RUN_FAILURE_KINDS = frozenset({"recorder_failed", "collector_failed", "user_crashed"})
+"""Run-level failures: always shown at once, never rate-limited."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +51,8 @@ class TurnSummary:
     ttft_s: float | None
     decode_tok_s: float | None
     e2e_s: float | None
+    max_gap_s: float | None = None
+    """The longest silence between chunks after the first token."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +73,14 @@ class UserRow:
     empty: int
     last_error: str | None
     recent: tuple[TurnSummary, ...]
+    first_token_wait_s: float | None = None
+    """In flight, no token yet: seconds since the request was sent."""
+    silent_s: float | None = None
+    """In flight, after the first token: seconds since the last byte on the stream."""
+    think_left_s: float | None = None
+    """Thinking: seconds until the next turn is sent (when the engine said)."""
+    stalls: int = 0
+    """Requests of this user that ended in a stall or a first-token timeout."""
 
 
 @dataclass(slots=True)
@@ -78,20 +98,29 @@ class _UserState:
     errors: int = 0
     empty: int = 0
     last_error: str | None = None
+    stalls: int = 0
+    think_until: float | None = None
     in_flight: RequestRecord | None = None
     recent: deque[TurnSummary] = field(default_factory=lambda: deque(maxlen=RECENT_TURNS))
 
     def row(self, now: float) -> UserRow:
         state, live_tok_s = self.state, None
+        waited = silent = think_left = None
         rec = self.in_flight
         if rec is not None:
             if rec.ttft_s is None:
                 state = "waiting"
+                waited = max(0.0, now - rec.t_start)
             else:
                 state = "streaming" if rec.chunks_content else "reasoning"
-                elapsed = now - (rec.t_start + rec.ttft_s)
+                t_first = rec.t_start + rec.ttft_s
+                elapsed = now - t_first
                 n = rec.chunks_content + rec.chunks_reasoning - 1
                 live_tok_s = n / elapsed if elapsed > 0.05 and n > 0 else None
+                if rec.t_last_byte is not None:
+                    silent = max(0.0, now - max(t_first, rec.t_last_byte))
+        elif state == "thinking" and self.think_until is not None:
+            think_left = max(0.0, self.think_until - now)
         return UserRow(
             self.user,
             state,
@@ -108,6 +137,10 @@ class _UserState:
             self.empty,
             self.last_error,
             tuple(self.recent),
+            waited,
+            silent,
+            think_left,
+            self.stalls,
         )
 
 
@@ -155,8 +188,11 @@ class Live:
         self.events: deque[RunEvent] = deque(maxlen=200)
         self.collectors: dict[str, Any] = {}
 
-    def set_state(self, user: int, state: UserState) -> None:
-        self._users[user].state = state
+    def set_state(self, user: int, state: UserState, until: float | None = None) -> None:
+        """``until``: for ``thinking``, the run time the next turn is due (shown as time left)."""
+        u = self._users[user]
+        u.state = state
+        u.think_until = until
 
     def on_send(self, rec: RequestRecord) -> None:
         u = self._users[rec.user]
@@ -164,6 +200,7 @@ class Live:
         u.conversation_tokens = rec.conversation_tokens
         u.in_flight = rec
         u.state = "waiting"
+        u.think_until = None
         self.in_flight += 1
 
     def on_record(self, rec: RequestRecord, t_end: float) -> None:
@@ -175,6 +212,8 @@ class Live:
             self.error_classes[rec.error_class] = self.error_classes.get(rec.error_class, 0) + 1
             u.errors += 1
             u.last_error = rec.error_class
+            if rec.error_class in STALL_CLASSES:
+                u.stalls += 1
         elif rec.outcome == "ok":
             u.ok += 1
         else:
@@ -206,6 +245,7 @@ class Live:
                 rec.ttft_s,
                 rec.decode_tok_s,
                 rec.e2e_s,
+                rec.max_gap_s,
             )
         )
         self._done.append((t_end, rec.completion_tokens, prompt, rec.cached_tokens or 0))

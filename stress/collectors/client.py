@@ -6,16 +6,28 @@ watches the process that runs the users, beside them on the same loop:
 - event-loop lag: a probe sleeps to fixed deadlines (every ``probe_s``) and records how
   late it woke; a loop busy with other work wakes it late by exactly the delay every
   request's timing suffers;
-- process CPU (100 % = one core; the loop can use at most one), RSS, open descriptors.
+- process CPU (100 % = one core; the loop can use at most one), RSS, open descriptors;
+- the machine: CPU busy over all cores, steal (a VM's host taking the CPU), 1-minute load.
 
 Every ``interval_s`` it writes one ``client`` record (lag p50 / max over the window's
-probes, CPU, RSS), keeps the latest for the live view, and raises a ``client_overloaded``
-warning, at most once per ``warn_every_s``, when the lag stays above ``lag_warn_ms`` or
-CPU near a full core for ``warn_after`` consecutive samples. Per-request queueing (the
-scheduled-to-sent delay) is in each request record as ``queue_s``, not here.
+probes, CPU, RSS, the machine's figures), keeps the latest for the live view, and raises a
+``client_overloaded`` warning, at most once per ``warn_every_s``, when the lag stays above
+``lag_warn_ms`` or CPU near a full core for ``warn_after`` consecutive samples.
 
-Run figures are bounded in a soak: a fixed log-bucket histogram of probe lags, running
-CPU and RSS figures; nothing grows with the run's length. It never raises out of ``run``.
+A lagging loop has three different causes, and the warning names the one the figures
+show (``overload_cause``), with its evidence, because the fixes differ:
+
+- ``stress``: the process itself is near a full core (or busy, on an otherwise idle
+  machine): too many users for one process;
+- ``machine``: stress's own CPU is low but the machine is full (other processes busy on
+  every core, load above the core count, or steal): it waits for a CPU;
+- ``loop``: lag with little CPU used anywhere: something blocked the loop (a synchronous
+  call: disk, DNS), a bug to report.
+
+Per-request queueing (the scheduled-to-sent delay) is in each request record as
+``queue_s``, not here. Run figures are bounded in a soak: a fixed log-bucket histogram of
+probe lags, running CPU and RSS figures; nothing grows with the run's length. It never
+raises out of ``run``.
 """
 
 from __future__ import annotations
@@ -24,7 +36,9 @@ import asyncio
 import math
 import os
 import time
-from typing import Any
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import psutil  # type: ignore[import-untyped]  # ships no stubs
@@ -36,9 +50,121 @@ from stress.events import RunEvent
 _EDGES_MS = np.logspace(-2, 5, 141)
 
 
+Cause = Literal["stress", "machine", "loop"]
+MACHINE_BUSY_PCT = 90.0
+"""The machine counts as full above this share of all cores busy..."""
+OTHERS_MIN_CORES = 0.5
+"""...when other processes use at least this many cores of it (not stress alone)."""
+STEAL_PCT = 10.0
+"""CPU time a VM's host took away, as a share of all cores."""
+STRESS_BUSY_PCT = 50.0
+"""On a machine that is not full, stress at this much of a core causes its own lag."""
+
+
 def _cpu_seconds() -> float:
     t = os.times()
     return t.user + t.system
+
+
+@dataclass(frozen=True, slots=True)
+class MachineLoad:
+    """The whole machine over one sample window; any figure may be unknown (None)."""
+
+    busy_pct: float | None = None
+    """CPU busy, all cores together (100 = every core busy), steal included."""
+    steal_pct: float | None = None
+    load1: float | None = None
+    cores: int = 1
+
+
+class _MachineProbe:
+    """System-wide CPU times between two calls; the 1-minute load average."""
+
+    def __init__(self) -> None:
+        self.cores = psutil.cpu_count() or os.cpu_count() or 1
+        self._prev = self._times()
+
+    @staticmethod
+    def _times() -> tuple[float, float, float] | None:
+        """(busy, steal, total) CPU seconds of the machine since boot, or None."""
+        try:
+            t = psutil.cpu_times()
+        except Exception:  # no /proc/stat: the machine's figures are unknown, not an error
+            return None
+        # as psutil.cpu_percent does: guest time is already inside user / nice on Linux
+        total = sum(t) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+        idle = t.idle + getattr(t, "iowait", 0.0)
+        return total - idle, getattr(t, "steal", 0.0), total
+
+    def sample(self) -> MachineLoad:
+        now, prev = self._times(), self._prev
+        self._prev = now
+        try:
+            load1: float | None = os.getloadavg()[0]
+        except OSError:
+            load1 = None
+        if now is None or prev is None or now[2] <= prev[2]:
+            return MachineLoad(load1=load1, cores=self.cores)
+        span = now[2] - prev[2]
+        busy = 100 * max(0.0, now[0] - prev[0]) / span
+        steal = 100 * max(0.0, now[1] - prev[1]) / span
+        return MachineLoad(min(busy, 100.0), min(steal, 100.0), load1, self.cores)
+
+
+def overload_cause(cpu_pct: float, machine: MachineLoad, cpu_warn_pct: float) -> Cause:
+    """Why the loop lags: stress's own CPU, a full machine, or a blocked loop."""
+    if cpu_pct >= cpu_warn_pct:
+        return "stress"
+    if machine_is_full(cpu_pct, machine):
+        return "machine"
+    if cpu_pct >= STRESS_BUSY_PCT:
+        return "stress"
+    return "loop"
+
+
+def machine_is_full(cpu_pct: float, m: MachineLoad) -> bool:
+    """Other processes keep every core busy, the run queue is longer than the cores, or a
+    VM's host takes the CPU away."""
+    if m.steal_pct is not None and m.steal_pct >= STEAL_PCT:
+        return True
+    if m.load1 is not None and m.load1 > m.cores:
+        return True
+    if m.busy_pct is None:
+        return False
+    others_cores = m.busy_pct / 100 * m.cores - cpu_pct / 100
+    return m.busy_pct >= MACHINE_BUSY_PCT and others_cores >= OTHERS_MIN_CORES
+
+
+def cause_text(cause: Cause, lag_max: float, cpu_pct: float, m: MachineLoad, n: int) -> str:
+    """The warning's message: what lags, the cause with its evidence, what to do."""
+    machine = []
+    if m.busy_pct is not None:
+        machine.append(f"{m.busy_pct:.0f} % busy over {m.cores} core{'s' if m.cores > 1 else ''}")
+    if m.load1 is not None:
+        machine.append(f"load {m.load1:.1f}")
+    if m.steal_pct:
+        machine.append(f"steal {m.steal_pct:.0f} %")
+    evidence = (
+        f"event-loop lag up to {lag_max:.0f} ms, stress at {cpu_pct:.0f} % of a core, "
+        f"machine {', '.join(machine) or 'figures unknown'}, for {n} samples"
+    )
+    if cause == "stress":
+        return (
+            f"stress itself is overloaded ({evidence}): TTFT and latencies may include the "
+            "client's own delay, results may be distorted -- fix: fewer users per stress "
+            "process (split the load over processes pinned to different cores)"
+        )
+    if cause == "machine":
+        return (
+            f"the machine is starved by other processes, not by stress ({evidence}): stress "
+            "waits for a CPU and latencies may include that wait, results may be distorted "
+            "-- fix: stop the other work on this machine, or run stress on another one"
+        )
+    return (
+        f"the event loop was blocked while little CPU was used anywhere ({evidence}): a "
+        "blocking call in stress (disk, DNS), not load; results may be distorted -- please "
+        "report it with client.jsonl"
+    )
 
 
 class ClientHealthCollector(Collector):
@@ -63,6 +189,8 @@ class ClientHealthCollector(Collector):
         self.warn_after = warn_after
         self.warn_every_s = warn_every_s
         self._proc = psutil.Process()
+        self._machine: _MachineProbe | None = None
+        self._causes: Counter[str] = Counter()
         self._window: list[float] = []
         self._hist = np.zeros(_EDGES_MS.size + 1, dtype=np.int64)
         self._probes = 0
@@ -84,6 +212,7 @@ class ClientHealthCollector(Collector):
 
     async def run(self, stop: asyncio.Event) -> None:
         try:
+            self._machine = _MachineProbe()
             perf = time.perf_counter
             start = perf()
             cpu_prev, t_prev = _cpu_seconds(), start
@@ -127,7 +256,8 @@ class ClientHealthCollector(Collector):
         except (psutil.Error, AttributeError):
             fds = None
         lags, self._window = self._window, []
-        self.ingest(self.clock.now(), lags, cpu_pct, mem.rss / (1 << 20), fds)
+        machine = self._machine.sample() if self._machine is not None else None
+        self.ingest(self.clock.now(), lags, cpu_pct, mem.rss / (1 << 20), fds, machine)
 
     # --- bookkeeping (pure: tests feed it directly) --------------------------------------
 
@@ -138,8 +268,11 @@ class ClientHealthCollector(Collector):
         cpu_pct: float,
         rss_mib: float,
         open_fds: int | None = None,
+        machine: MachineLoad | None = None,
     ) -> dict[str, Any]:
-        """Fold one window's probe lags and the process figures in; write the record."""
+        """Fold one window's probe lags, the process and the machine figures in; write the
+        record."""
+        m = machine or MachineLoad()
         if lags_ms:
             arr = np.asarray(lags_ms)
             self._hist += np.bincount(
@@ -166,6 +299,9 @@ class ClientHealthCollector(Collector):
             "cpu_pct": round(cpu_pct, 1),
             "rss_mib": round(rss_mib, 1),
             "open_fds": open_fds,
+            "machine_cpu_pct": None if m.busy_pct is None else round(m.busy_pct, 1),
+            "steal_pct": None if m.steal_pct is None else round(m.steal_pct, 1),
+            "load1": None if m.load1 is None else round(m.load1, 2),
         }
         self.sink.write("client", record)
         self._live = {
@@ -173,16 +309,20 @@ class ClientHealthCollector(Collector):
             "loop_lag_ms_max": record["loop_lag_ms_max"],
             "cpu_pct": record["cpu_pct"],
             "rss_mib": record["rss_mib"],
+            "machine_cpu_pct": record["machine_cpu_pct"],
+            "load1": record["load1"],
         }
-        self._assess(t, lag_max, cpu_pct)
+        self._assess(t, lag_max, cpu_pct, m)
         return record
 
-    def _assess(self, t: float, lag_max: float, cpu_pct: float) -> None:
+    def _assess(self, t: float, lag_max: float, cpu_pct: float, m: MachineLoad) -> None:
         high = lag_max > self.lag_warn_ms or cpu_pct >= self.cpu_warn_pct
         self._high_run = self._high_run + 1 if high else 0
         if not high:
             return
         self._overloaded_samples += 1
+        cause = overload_cause(cpu_pct, m, self.cpu_warn_pct)
+        self._causes[cause] += 1
         if self._high_run < self.warn_after:
             return
         if self._last_warn_t is not None and t - self._last_warn_t < self.warn_every_s:
@@ -193,13 +333,18 @@ class ClientHealthCollector(Collector):
             RunEvent(
                 t,
                 "client_overloaded",
-                f"the client itself is overloaded (event-loop lag up to {lag_max:.0f} ms, "
-                f"CPU {cpu_pct:.0f} % of a core for {self._high_run} samples): TTFT and "
-                "latencies may include the client's own delay, results may be distorted "
-                "-- fix: fewer users per stress process, or a less busy machine",
+                cause_text(cause, lag_max, cpu_pct, m, self._high_run),
                 "warning",
                 source="client",
-                data={"loop_lag_ms_max": round(lag_max, 1), "cpu_pct": round(cpu_pct, 1)},
+                data={
+                    "cause": cause,
+                    "loop_lag_ms_max": round(lag_max, 1),
+                    "cpu_pct": round(cpu_pct, 1),
+                    "machine_cpu_pct": None if m.busy_pct is None else round(m.busy_pct, 1),
+                    "steal_pct": None if m.steal_pct is None else round(m.steal_pct, 1),
+                    "load1": None if m.load1 is None else round(m.load1, 2),
+                    "cores": m.cores,
+                },
             )
         )
 
@@ -233,6 +378,8 @@ class ClientHealthCollector(Collector):
             "rss_mib_end": round(self._rss_last, 1),
             "rss_mib_max": round(self._rss_max, 1),
             "overloaded_samples": self._overloaded_samples,
+            "overload_causes": dict(self._causes),
+            "overload_cause": self._causes.most_common(1)[0][0] if self._causes else None,
             "warnings": self._warnings,
             "distorted": self._warnings > 0,
         }

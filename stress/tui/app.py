@@ -37,7 +37,9 @@ class StressApp(App[None]):
     CSS_PATH = Path(__file__).with_name("stress.tcss")
     TITLE = "stress"
     ENABLE_COMMAND_PALETTE = False
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (Textual's type)
+    # side by side only when the users table (95 cells with its box) fits beside the 60-cell
+    # side panel; below that the panels stack and the table keeps its columns
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (150, "-wide")]  # noqa: RUF012 (Textual's type)
     VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]  # noqa: RUF012
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "stop", "Stop", priority=True),

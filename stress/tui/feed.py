@@ -4,6 +4,11 @@ The run talks to the sink at any moment (``on_event``, ``line``), even before th
 mounted; the app pulls from here at most four times a second. Everything is bounded: a
 queue of log lines not yet shown, counters by event kind, a short power history. The
 report never reads any of it: it is built from the run's files.
+
+Per-request events (a failed request, an empty reply, a stall) can come by the hundred
+when a server falls over, so at most ``REQUEST_LINES`` of them reach the log per
+``REQUEST_WINDOW_S``; the rest are counted in one "... and K more" line. Run-level failures
+(the recorder, a collector, a user's task) are never held back.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 from rich.text import Text
 
 from stress.events import RunEvent
-from stress.live import Snapshot
+from stress.live import REQUEST_EVENT_KINDS, Snapshot
 from stress.tui.format import gpu_cards, total_power
 from stress.tui.verdict import HARDWARE_KINDS, Verdict, judge
 from stress.tui.widgets.events import event_text, message_text
@@ -23,6 +28,8 @@ from stress.tui.widgets.events import event_text, message_text
 PENDING = 500
 POWER_HISTORY = 300
 POWER_EVERY_S = 1.0
+REQUEST_LINES = 5
+REQUEST_WINDOW_S = 1.0
 STOPPING = "stopping: finishing in-flight requests; press q/ctrl+c again to cancel them"
 CANCELLING = "cancelling the requests still in flight; the run directory is being completed"
 
@@ -48,19 +55,39 @@ class Feed:
         self._power_t = -POWER_EVERY_S
         self.stops = 0
         self.last_t: float | None = None
+        self._window_t = -REQUEST_WINDOW_S
+        self._window_lines = 0
+        self.held: Counter[str] = Counter()
+        """Per-request events not shown in the current window, by kind."""
 
     # --- from the run ----------------------------------------------------------------
 
     def add_event(self, ev: RunEvent) -> None:
         self.kinds[ev.kind] += 1
-        if ev.severity == "warning":
+        per_request = ev.kind in REQUEST_EVENT_KINDS
+        if ev.severity == "warning" and not per_request:  # those count as errors / empty
             self.warnings += 1
         if ev.severity == "error" and (ev.source == "gpu" or ev.kind in HARDWARE_KINDS):
             self.hardware += 1
+        if per_request:
+            if ev.t >= self._window_t + REQUEST_WINDOW_S:
+                self._release_held()
+                self._window_t, self._window_lines = ev.t, 0
+            if self._window_lines >= REQUEST_LINES:
+                self.held[ev.kind] += 1
+                return
+            self._window_lines += 1
         self._push(event_text(ev))
 
     def add_line(self, text: str) -> None:
         self._push(message_text(self.last_t, text))
+
+    def _release_held(self) -> None:
+        if self.held:
+            n = sum(self.held.values())
+            kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.held.items()))
+            self._push(message_text(self.last_t, f"... and {n} more ({kinds}): see events.jsonl"))
+            self.held.clear()
 
     def _push(self, line: Text) -> None:
         if len(self.pending) == self.pending.maxlen:
@@ -70,6 +97,8 @@ class Feed:
     # --- from the app ----------------------------------------------------------------
 
     def drain(self) -> list[Text]:
+        if self.held and (self.last_t or 0.0) >= self._window_t + REQUEST_WINDOW_S:
+            self._release_held()
         lines = list(self.pending)
         self.pending.clear()
         if self.dropped:

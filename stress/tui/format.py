@@ -36,6 +36,19 @@ def secs(value: float | None) -> str:
     return f"{m}m{s:02d}s"
 
 
+def age(seconds: float) -> str:
+    """How long something has lasted, in at most 4 characters: ``0s``, ``23s``, ``999s``,
+    ``17m``, ``1.7h``, ``26h``. Whole seconds, so a cell changes at most once a second."""
+    s = max(0.0, seconds)
+    if s < 1000:
+        return f"{int(s)}s"
+    if s < 6000:
+        return f"{int(s // 60)}m"
+    if s < 36_000:
+        return f"{s / 3600:.1f}h"
+    return f"{int(s // 3600)}h"
+
+
 def tokens(value: float | None) -> str:
     """A token count: ``950``, ``12.3k``, ``431k``, ``1.2M``."""
     if value is None:

@@ -1,7 +1,8 @@
 """The header's verdict badge: is this run healthy, suspicious or failing right now?
 
-A soak that says "zero errors" can still hide a hang, a restart, empty replies or a GPU
-that logged an Xid (field notes 4, 5, 10). The badge folds all of those into one colour an
+A soak that says "zero errors" can still hide a hang, a restart, empty replies, stalls, a
+GPU that logged an Xid (field notes 4, 5, 10), or a run that cannot write its files, lost
+a collector or a user's task. The badge folds all of those into one colour an
 operator can see from across the room, and names the reasons. Pure: no Textual.
 """
 
@@ -56,12 +57,22 @@ def judge(s: Snapshot, kinds: Counter[str], warnings: int, hardware: int) -> Ver
         warn.append(_n(kinds["hang_suspected"], "hang"))
     if hardware:
         bad.append(_n(hardware, "hw error"))
+    if kinds["recorder_failed"]:
+        bad.append("recorder failed")
+    if kinds["user_crashed"]:
+        bad.append(f"{_n(kinds['user_crashed'], 'user')} crashed")
+    if kinds["collector_failed"]:
+        bad.append(f"{_n(kinds['collector_failed'], 'collector')} failed")
+    if kinds["stall"]:
+        bad.append(_n(kinds["stall"], "stall"))
     empty = sum(s.outcomes.get(k, 0) for k in ("empty", "reasoning_only", "truncated"))
     if empty:
         warn.append(f"{empty} empty")
     preempt = num(server, "preemptions")
     if preempt:
         warn.append(f"{preempt:.0f} preempted")
+    if kinds["model_mismatch"]:
+        warn.append("model mismatch")
     if any(c.get("flagged") for c in gpu_cards(s.collectors.get("gpu"))):
         warn.append("idle GPU")
     if warnings:

@@ -1,13 +1,17 @@
-"""ClientHealthCollector: lag probes, records, the overload warning and its rate limit.
+"""ClientHealthCollector: lag probes, records, the overload warning, its cause, its rate limit.
 
 Logic tests feed windows through ``ingest`` (no sleeping). The loop tests block the event
 loop on purpose and only assert what a shared, busy machine cannot take away: a 200 ms
-block is seen as at least 150 ms of lag.
+block is seen as at least 150 ms of lag. The starved-machine test fills every core with
+child processes while the real collector samples, and checks the warning blames the
+machine, not stress (which idles at a few % of a core).
 """
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -15,7 +19,7 @@ import orjson
 import pytest
 
 from stress.collectors.base import RunClock
-from stress.collectors.client import ClientHealthCollector
+from stress.collectors.client import ClientHealthCollector, MachineLoad
 from stress.events import RunEvent
 
 pytestmark = pytest.mark.timeout(20)
@@ -50,6 +54,8 @@ def test_ingest_writes_record_and_live_view() -> None:
         "loop_lag_ms_max": 3.0,
         "cpu_pct": 42.0,
         "rss_mib": 80.2,
+        "machine_cpu_pct": None,
+        "load1": None,
     }
     assert not sink.events
 
@@ -116,7 +122,8 @@ async def test_blocked_loop_is_seen_as_lag() -> None:
     assert max(r["loop_lag_ms_max"] for r in records) >= 150
     assert c.summary()["loop_lag_ms_max"] >= 150
     assert all(r["rss_mib"] > 0 for r in records)
-    assert set(c.live()) == {"loop_lag_ms_p50", "loop_lag_ms_max", "cpu_pct", "rss_mib"}
+    assert set(c.live()) >= {"loop_lag_ms_p50", "loop_lag_ms_max", "cpu_pct", "rss_mib"}
+    assert all(0 <= r["machine_cpu_pct"] <= 100 for r in records)
 
 
 async def test_stops_promptly_and_writes_a_last_sample() -> None:
@@ -140,3 +147,79 @@ async def test_a_broken_probe_is_an_event_not_an_exception(monkeypatch: pytest.M
     monkeypatch.setattr(c._proc, "memory_info", boom)
     await asyncio.wait_for(c.run(asyncio.Event()), 2)
     assert [e.kind for e in sink.events] == ["collector_error"]
+
+
+IDLE_MACHINE = MachineLoad(busy_pct=20.0, steal_pct=0.0, load1=0.5, cores=2)
+
+
+@pytest.mark.parametrize(
+    ("cpu_pct", "machine", "cause", "says"),
+    [
+        # stress near a full core: its own doing, whatever the machine
+        (97.0, IDLE_MACHINE, "stress", "stress itself is overloaded"),
+        (97.0, MachineLoad(100.0, 0.0, 3.0, 2), "stress", "fewer users per stress process"),
+        # stress at 3 % of a core, the machine full: the field report's case
+        (3.0, MachineLoad(100.0, 0.0, 1.8, 2), "machine", "starved by other processes"),
+        (3.0, MachineLoad(40.0, 0.0, 5.0, 2), "machine", "load 5.0"),  # run queue > cores
+        (3.0, MachineLoad(60.0, 25.0, 1.0, 2), "machine", "steal 25 %"),  # a VM's host
+        # the machine is full of stress alone (one core): stress, not the machine
+        (85.0, MachineLoad(95.0, 0.0, 0.9, 1), "stress", "stress itself"),
+        # lag, and little CPU anywhere: a blocking call
+        (2.0, IDLE_MACHINE, "loop", "blocked while little CPU was used"),
+        (2.0, MachineLoad(), "loop", "figures unknown"),
+    ],
+)
+def test_the_warning_names_the_cause_and_its_evidence(
+    cpu_pct: float, machine: MachineLoad, cause: str, says: str
+) -> None:
+    c, sink = make(lag_warn_ms=20, warn_after=2)
+    for t in (1, 2):
+        c.ingest(t, [80.0], cpu_pct, 50, machine=machine)
+    (ev,) = sink.events
+    assert ev.kind == "client_overloaded" and ev.data["cause"] == cause, ev.message
+    assert says in ev.message and "80 ms" in ev.message
+    assert f"{cpu_pct:.0f} % of a core" in ev.message
+    s = c.summary()
+    assert s["overload_cause"] == cause and s["overload_causes"] == {cause: 2}
+    assert sink.records[-1][1]["machine_cpu_pct"] == machine.busy_pct
+
+
+def _burn_every_core() -> list[subprocess.Popen[bytes]]:
+    import psutil  # type: ignore[import-untyped]
+
+    n = psutil.cpu_count() or 1
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    # wait until each child is spinning (start-up takes longer on a busy machine)
+    children = [psutil.Process(p.pid) for p in procs]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not all(c.cpu_times().user > 0.1 for c in children):
+        time.sleep(0.05)
+    return procs
+
+
+async def test_a_starved_machine_is_blamed_not_stress() -> None:
+    """Every core busy in other processes, stress idle: the real collector says machine."""
+    procs = _burn_every_core()
+    try:
+        sink = ListSink()
+        # any lag counts as high, so that the sample's cause is always assessed
+        c = ClientHealthCollector(
+            sink, RunClock.start(), 0.5, probe_s=0.02, lag_warn_ms=0.0, warn_after=2
+        )
+        stop = asyncio.Event()
+        task = asyncio.create_task(c.run(stop))
+        await asyncio.sleep(1.6)  # three samples, the first one's window may include start-up
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+    warned = [e for e in sink.events if e.kind == "client_overloaded"]
+    assert warned, sink.records
+    ev = warned[0]
+    assert ev.data["cause"] == "machine", ev.message
+    assert "starved by other processes, not by stress" in ev.message
+    assert ev.data["cpu_pct"] < 50 and ev.data["machine_cpu_pct"] >= 90, ev.data
+    assert c.summary()["overload_cause"] == "machine"

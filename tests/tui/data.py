@@ -36,6 +36,7 @@ def turn(user: int, r: int, outcome: str = "ok") -> TurnSummary:
         ttft_s=None if outcome == "error" else 1.5 + 0.25 * r,
         decode_tok_s=None if outcome != "ok" else 20.0 - user,
         e2e_s=30.0 + r,
+        max_gap_s=None if outcome == "error" else 0.05 * r,
     )
 
 
@@ -60,6 +61,10 @@ def user_row(u: int, tick: int = 0) -> UserRow:
         empty=1 if u == 4 else 0,
         last_error="http_5xx" if u == 7 else None,
         recent=recent,
+        first_token_wait_s=23.4 if state == "waiting" else None,
+        silent_s={2: 0.1, 3: 0.4, 5: 12.7}.get(u),
+        think_left_s=4.2 if u == 0 else None,
+        stalls=1 if u == 7 else 0,
     )
 
 

@@ -1,4 +1,9 @@
-"""One user's recent turns with their timings, opened from the users table."""
+"""One user's recent turns with their timings, opened from the users table.
+
+The summary line says what the user is doing now and for how long (the same age as the
+table's state cell) and how many of its requests stalled; each turn shows its longest
+silence between chunks (``max gap``), so a stream that nearly stalled is visible too.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from textual.widgets import DataTable, Static
 
 from stress.live import TurnSummary, UserRow
 from stress.tui import format as f
-from stress.tui.widgets.users import state_of
+from stress.tui.widgets.users import state_label, state_of
 
 COLUMNS = (
     "round",
@@ -24,6 +29,7 @@ COLUMNS = (
     "output",
     "TTFT",
     "tok/s",
+    "max gap",
     "e2e",
     "ended",
 )
@@ -46,6 +52,7 @@ def turn_cells(t: TurnSummary) -> tuple[str | Text, ...]:
         f.tokens(t.completion_tokens),
         f.secs(t.ttft_s),
         f.rate(t.decode_tok_s),
+        f.secs(t.max_gap_s),
         f.secs(t.e2e_s),
         f.clock(t.t_end),
     )
@@ -53,9 +60,12 @@ def turn_cells(t: TurnSummary) -> tuple[str | Text, ...]:
 
 def summary_text(row: UserRow) -> Text:
     t = Text(f"user {row.user}", style="bold")
-    t.append(f" · {state_of(row)} · round {row.round} · conversation {row.conversation}")
+    state = state_of(row)
+    t.append(f" · {state_label(row, state)} · round {row.round} · conversation {row.conversation}")
     t.append(f" ({f.tokens(row.conversation_tokens)} tok)")
     t.append(f" · ok {row.ok} err {row.errors} empty {row.empty}")
+    if row.stalls:
+        t.append(f" · stalls {row.stalls}", style="red")
     if row.last_error:
         t.append(f" · last error {row.last_error}", style="red")
     return t

@@ -1,7 +1,9 @@
-"""The event log: errors, empty replies, preemption bursts, restarts, hangs, warnings.
+"""The event log: errors, empty replies, stalls, preemption bursts, restarts, hangs, warnings.
 
 Each line has the run time, the user (when there is one), the severity and the message.
-The log keeps a bounded number of lines; the full record is ``events.jsonl``.
+Run-level failures (the recorder cannot write, a collector or a user's task died) are
+labelled ``FAIL`` in reverse red. The log keeps a bounded number of lines; the full record
+is ``events.jsonl``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from stress.events import RunEvent
+from stress.live import RUN_FAILURE_KINDS
 from stress.secrets import REDACTOR
 from stress.tui import format as f
 
@@ -24,7 +27,10 @@ def event_text(ev: RunEvent) -> Text:
     t = Text(f"{f.clock(ev.t):>7} ", style="dim")
     t.append(f"{'u' + str(ev.user) if ev.user is not None else ev.source:<6} ")
     style = SEVERITY_STYLE.get(ev.severity, "")
-    t.append(f"{SEVERITY_LABEL.get(ev.severity, ev.severity[:4]):<4} ", style=style)
+    label = SEVERITY_LABEL.get(ev.severity, ev.severity[:4])
+    if ev.kind in RUN_FAILURE_KINDS:  # the run itself is failing: not just one request
+        style, label = "bold white on red", "FAIL"
+    t.append(f"{label:<4} ", style=style)
     t.append(REDACTOR.text(ev.message), style="" if ev.severity == "info" else style)
     return t
 

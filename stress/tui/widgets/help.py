@@ -19,11 +19,17 @@ HELP = """\
   ?              this help (esc to close)
 
 [b]columns[/b]
-  state          thinking, 1st token (waiting for it), reasoning, content, error
+  state          what the user does now, and for how long:
+                 1st token 23s  sent 23 s ago, no token yet
+                 silent 12s     streaming, but no byte for 12 s (a stall in the making)
+                 thinking 4s    4 s before the next turn
+                 reasoning, content, error, done
   TTFT           time to first token of the user's last turn
   tok/s          tokens per second of the stream in flight (else the last decode)
   cached         share of the last prompt the server served from cache
   retain         cached / reusable: below 100% the user's blocks were evicted
+  stall          this user's requests that stalled or never got a first token
+  (narrow terminals leave out retain, rnd, conv tok... rather than cut rows)
 
 Quitting never loses the run: the files are written either way.
 """

@@ -5,6 +5,12 @@ Textual's DataTable re-renders every visible cell whenever any cell changes (abo
 at 64 users on a small machine), so this is a line-API widget instead: each row's cells
 are formatted to plain strings, compared with what is on screen, and only the screen
 lines of rows that changed are re-rendered, from a per-row cache of strips.
+
+The state cell carries the age of what the user is doing, so a stall is visible while it
+happens: ``1st token 23s`` (sent, no token yet), ``silent 12s`` (streaming, no byte for
+that long), ``thinking 4s`` (time left before the next turn). When the table is narrower
+than its columns, the least useful columns are left out (``retain`` first) rather than
+cropping the row.
 """
 
 from __future__ import annotations
@@ -20,30 +26,33 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from stress.live import UserRow
+from stress.live import SILENT_AFTER_S, UserRow
 from stress.tui import format as f
 
-# (key, label, width, right-aligned)
-COLUMNS: tuple[tuple[str, str, int, bool], ...] = (
-    ("user", "user", 4, False),
-    ("state", "state", 9, False),
-    ("round", "rnd", 4, True),
-    ("conv", "conv tok", 8, True),
-    ("ttft", "TTFT", 6, True),
-    ("tok_s", "tok/s", 5, True),
-    ("cached", "cached", 6, True),
-    ("retention", "retain", 6, True),
-    ("ok", "ok", 3, True),
-    ("err", "err", 3, True),
-    ("empty", "empty", 5, True),
+# (key, label, width, right-aligned, drop order: 0 = always shown, higher = left out first)
+COLUMNS: tuple[tuple[str, str, int, bool, int], ...] = (
+    ("user", "user", 4, False, 0),
+    ("state", "state", 14, False, 0),
+    ("round", "rnd", 4, True, 8),
+    ("conv", "conv tok", 8, True, 7),
+    ("ttft", "TTFT", 6, True, 4),
+    ("tok_s", "tok/s", 5, True, 3),
+    ("cached", "cached", 6, True, 5),
+    ("retention", "retain", 6, True, 9),
+    ("ok", "ok", 3, True, 2),
+    ("err", "err", 3, True, 0),
+    ("empty", "empty", 5, True, 1),
+    ("stall", "stall", 5, True, 6),
 )
 KEYS = tuple(c[0] for c in COLUMNS)
+ALL = tuple(range(len(COLUMNS)))
 GAP = "  "
 STATE_STYLE = {
     "thinking": Style(dim=True),
     "waiting": Style(color="yellow"),
     "reasoning": Style(color="magenta"),
     "streaming": Style(color="green"),
+    "silent": Style(color="red", bold=True),
     "error": Style(color="red", bold=True),
     "done": Style(color="cyan"),
     "starting": Style(dim=True),
@@ -56,9 +65,23 @@ RED, YELLOW = Style(color="red", bold=True), Style(color="yellow")
 
 
 def state_of(row: UserRow) -> str:
+    """The state as shown: ``error`` after a failed turn, ``silent`` for a quiet stream."""
     if row.state == "thinking" and row.recent and row.recent[-1].outcome == "error":
         return "error"
+    if row.silent_s is not None and row.silent_s >= SILENT_AFTER_S:
+        return "silent"
     return row.state
+
+
+def state_label(row: UserRow, state: str) -> str:
+    """``1st token 23s``, ``silent 12s``, ``thinking 4s``, or the plain state."""
+    if state == "waiting" and row.first_token_wait_s is not None:
+        return f"1st token {f.age(row.first_token_wait_s)}"
+    if state == "silent" and row.silent_s is not None:
+        return f"silent {f.age(row.silent_s)}"
+    if state == "thinking" and row.think_left_s is not None:
+        return f"thinking {f.age(row.think_left_s)}"
+    return STATE_LABEL.get(state, state)
 
 
 def user_cells(row: UserRow) -> tuple[str, ...]:
@@ -66,7 +89,7 @@ def user_cells(row: UserRow) -> tuple[str, ...]:
     live = row.live_tok_s if row.live_tok_s is not None else row.last_decode_tok_s
     return (
         f"u{row.user}",
-        STATE_LABEL.get(state, state),
+        state_label(row, state),
         str(row.round),
         f.tokens(row.conversation_tokens),
         f.secs(row.last_ttft_s),
@@ -76,33 +99,53 @@ def user_cells(row: UserRow) -> tuple[str, ...]:
         str(row.ok),
         str(row.errors),
         str(row.empty),
+        str(row.stalls),
     )
 
 
 def cell_style(key: str, value: str, state: str) -> Style | None:
     if key == "state":
         return STATE_STYLE.get(state)
-    if key == "err" and value != "0":
+    if key in ("err", "stall") and value != "0":
         return RED
     if key == "empty" and value != "0":
         return YELLOW
     return None
 
 
-def line_segments(cells: tuple[str, ...], state: str | None) -> list[Segment]:
+def table_width(columns: tuple[int, ...]) -> int:
+    return 1 + sum(COLUMNS[i][2] for i in columns) + len(GAP) * (len(columns) - 1)
+
+
+def fit_columns(width: int) -> tuple[int, ...]:
+    """The columns that fit in ``width`` cells, leaving out the most droppable first."""
+    shown = list(ALL)
+    by_drop = sorted((c for c in ALL if COLUMNS[c][4]), key=lambda c: -COLUMNS[c][4])
+    for c in by_drop:
+        if table_width(tuple(shown)) <= width:
+            break
+        shown.remove(c)
+    return tuple(shown)
+
+
+def line_segments(
+    cells: tuple[str, ...], state: str | None, columns: tuple[int, ...] = ALL
+) -> list[Segment]:
     """One table line; ``state`` None means the header."""
     out: list[Segment] = [Segment(" ")]
-    for i, ((key, _, width, right), value) in enumerate(zip(COLUMNS, cells, strict=True)):
+    for n, i in enumerate(columns):
+        key, _, width, right, _ = COLUMNS[i]
+        value = cells[i]
         text = value[:width].rjust(width) if right else value[:width].ljust(width)
         style = HEADER_STYLE if state is None else cell_style(key, value, state)
-        if i:
+        if n:
             out.append(Segment(GAP))
         out.append(Segment(text, style))
     return out
 
 
 HEADER = tuple(c[1] for c in COLUMNS)
-TABLE_WIDTH = 1 + sum(c[2] for c in COLUMNS) + len(GAP) * (len(COLUMNS) - 1)
+TABLE_WIDTH = table_width(ALL)
 
 
 class UsersTable(ScrollView, can_focus=True):
@@ -128,6 +171,8 @@ class UsersTable(ScrollView, can_focus=True):
         self.cells: dict[int, tuple[str, ...]] = {}
         self._states: dict[int, str] = {}
         self._strips: dict[int, Strip] = {}
+        self.columns: tuple[int, ...] = ALL
+        """The columns shown (indices into ``COLUMNS``): as many as the width allows."""
         self.border_title = "users"
 
     @property
@@ -138,8 +183,9 @@ class UsersTable(ScrollView, can_focus=True):
         """Write the rows that changed; the others are not touched."""
         if len(rows) != len(self.users):
             self.users = [r.user for r in rows]
-            self.virtual_size = Size(TABLE_WIDTH, len(rows) + 1)
+            self.virtual_size = Size(table_width(self.columns), len(rows) + 1)
             self.refresh()
+        self._fit()
         for i, row in enumerate(rows):
             cells = user_cells(row)
             if self.cells.get(row.user) != cells:
@@ -147,6 +193,18 @@ class UsersTable(ScrollView, can_focus=True):
                 self._states[row.user] = state_of(row)
                 self._strips.pop(i, None)
                 self._refresh_row(i)
+
+    def _fit(self) -> None:
+        """Choose the columns for the current width; repaint everything only if they change."""
+        columns = fit_columns(self.scrollable_content_region.width)
+        if columns != self.columns:
+            self.columns = columns
+            self._strips.clear()
+            self.virtual_size = Size(table_width(columns), len(self.users) + 1)
+            self.refresh()
+
+    def on_resize(self) -> None:
+        self._fit()
 
     def _refresh_row(self, index: int) -> None:
         y = index + 1 - self.scroll_offset.y
@@ -156,7 +214,7 @@ class UsersTable(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         if y == 0:
-            strip = Strip(line_segments(HEADER, None))
+            strip = Strip(line_segments(HEADER, None, self.columns))
         else:
             index = y - 1 + self.scroll_offset.y
             if index >= len(self.users):
@@ -169,7 +227,7 @@ class UsersTable(ScrollView, can_focus=True):
 
     def _row_strip(self, index: int) -> Strip:
         user = self.users[index]
-        strip = Strip(line_segments(self.cells[user], self._states[user]))
+        strip = Strip(line_segments(self.cells[user], self._states[user], self.columns))
         self._strips[index] = strip
         return strip
 

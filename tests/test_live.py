@@ -1,0 +1,120 @@
+"""The live state and the headless printer, fed real records and real run events.
+
+Ages are computed at snapshot time from the in-flight record's own timestamps (the client
+updates ``ttft_s`` and ``t_last_byte`` in place), so a stall is visible while it happens;
+the printer names the longest waits in its status line, prints run-level failures at once
+and per-request events at most ``REQUEST_LINES`` per interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+from stress.events import RunEvent
+from stress.headless import REQUEST_LINES, HeadlessPrinter
+from stress.live import Live
+from stress.record import RequestRecord
+
+
+def sent(live: Live, user: int, t_start: float) -> RequestRecord:
+    rec = RequestRecord(user=user, conversation=1, round=1, turn=1, t_start=t_start)
+    live.on_send(rec)
+    return rec
+
+
+def streaming(live: Live, user: int, t_start: float, ttft: float, last_byte: float) -> None:
+    rec = sent(live, user, t_start)
+    rec.ttft_s, rec.chunks_content, rec.t_last_byte = ttft, 40, last_byte
+
+
+def test_ages_come_from_the_in_flight_record_at_snapshot_time() -> None:
+    live = Live(4)
+    sent(live, 0, t_start=10.0)  # no token yet
+    streaming(live, 1, t_start=5.0, ttft=1.0, last_byte=8.0)  # quiet since 8.0
+    streaming(live, 2, t_start=5.0, ttft=1.0, last_byte=19.9)  # flowing
+    live.set_state(3, "thinking", until=24.5)
+    u = live.snapshot(20.0).users
+    assert u[0].state == "waiting" and u[0].first_token_wait_s == 10.0 and u[0].silent_s is None
+    assert u[1].state == "streaming" and u[1].silent_s == 12.0 and u[1].first_token_wait_s is None
+    assert u[1].live_tok_s is not None
+    assert u[2].silent_s is not None and u[2].silent_s < 0.2
+    assert u[3].think_left_s == 4.5
+    later = live.snapshot(50.0).users  # nothing arrived: the ages grow, nothing else needed
+    assert later[0].first_token_wait_s == 40.0 and later[1].silent_s == 42.0
+    assert later[3].think_left_s == 0.0
+
+
+def test_stalls_are_counted_per_user_and_turns_keep_their_longest_gap() -> None:
+    live = Live(2)
+    for cls in ("stall", "first_token_timeout", "http_5xx"):
+        rec = sent(live, 1, 1.0)
+        rec.outcome, rec.error_class = "error", cls
+        live.on_record(rec, 5.0)
+    rec = sent(live, 0, 1.0)
+    rec.ttft_s, rec.max_gap_s, rec.completion_tokens = 0.5, 7.25, 10
+    live.on_record(rec, 9.0)
+    u = live.snapshot(10.0).users
+    assert (u[0].stalls, u[1].stalls, u[1].errors) == (0, 2, 3)
+    assert u[0].recent[-1].max_gap_s == 7.25
+    assert u[0].silent_s is None and u[0].first_token_wait_s is None  # nothing in flight
+
+
+async def run_printer(printer: HeadlessPrinter, out: io.StringIO, lines: int) -> None:
+    """Run the printer until it has printed ``lines`` status lines, then stop it."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(printer.run(stop))
+    while out.getvalue().count("| requests") < lines:
+        await asyncio.sleep(printer.interval_s)
+    stop.set()
+    await asyncio.wait_for(task, 10)
+
+
+async def test_status_line_names_the_longest_waits() -> None:
+    live = Live(6)
+    sent(live, 0, t_start=10.0)  # 1st token 10 s
+    streaming(live, 1, t_start=5.0, ttft=1.0, last_byte=8.0)  # silent 12 s
+    streaming(live, 2, t_start=5.0, ttft=1.0, last_byte=19.5)  # fine
+    sent(live, 3, t_start=19.0)  # 1 s: normal, not named
+    sent(live, 4, t_start=2.0)  # 18 s
+    sent(live, 5, t_start=3.0)  # 17 s
+    out = io.StringIO()
+    printer = HeadlessPrinter(lambda: live.snapshot(20.0), 60.0, interval_s=0.01, stream=out)
+    await asyncio.wait_for(run_printer(printer, out, 1), 10)
+    status = out.getvalue().splitlines()[0]
+    assert "longest waits: u4 1st token 18s, u5 1st token 17s, u1 silent 12s, +1 more" in status
+
+
+async def test_request_events_are_rate_limited_and_run_failures_are_not() -> None:
+    live = Live(2)
+    out = io.StringIO()
+    printer = HeadlessPrinter(lambda: live.snapshot(30.0), 60.0, interval_s=0.01, stream=out)
+    for i in range(40):
+        kind = ("request_failed", "empty_reply", "stall")[i % 3]
+        printer.on_event(RunEvent(1.0 + i / 10, kind, f"request {i} went wrong", "warning", user=1))
+    printer.on_event(
+        RunEvent(6.0, "recorder_failed", "cannot write requests.jsonl: disk full", "error")
+    )
+    printer.on_event(RunEvent(6.5, "user_crashed", "user 0 stopped: boom", "error", user=0))
+    early = out.getvalue().splitlines()
+    assert len(early) == REQUEST_LINES + 2  # five request lines, both failures at once
+    assert "ERROR: cannot write requests.jsonl: disk full" in early[-2]
+    assert "u0 user 0 stopped" in early[-1]
+    await asyncio.wait_for(run_printer(printer, out, 1), 10)
+    lines = out.getvalue().splitlines()
+    held = next(line for line in lines if "... and" in line)
+    assert "... and 35 more (empty_reply 11, request_failed 12, stall 12)" in held
+    status = next(line for line in lines if "| requests" in line)
+    assert "RECORDER FAILED" in status and "1 user CRASHED" in status
+    # a new interval, a new budget: the next request event is printed again
+    printer.on_event(RunEvent(7.0, "stall", "no bytes for 120s", "error", user=1))
+    assert out.getvalue().splitlines()[-1].endswith("ERROR: u1 no bytes for 120s")
+
+
+def test_the_printer_holds_counts_not_events() -> None:
+    out = io.StringIO()
+    printer = HeadlessPrinter(lambda: Live(1).snapshot(1.0), None, stream=out)
+    for i in range(10_000):
+        printer.on_event(RunEvent(float(i), "request_failed", "HTTP 503", "warning", user=0))
+    assert len(out.getvalue().splitlines()) == REQUEST_LINES
+    assert printer._held == {"request_failed": 10_000 - REQUEST_LINES}
