@@ -95,7 +95,8 @@ class Conversation:
             reply = f"<think>{reply_reasoning}</think>\n{reply_content}"
         self.messages.append({"role": "user", "content": user_text})
         self.messages.append({"role": "assistant", "content": reply})
-        self.tokens_est += count_tokens(user_text) + count_tokens(reply) + 2 * MESSAGE_OVERHEAD
+        reply_tokens = count_tokens(reply) if reply else 0
+        self.tokens_est += count_tokens(user_text) + reply_tokens + 2 * MESSAGE_OVERHEAD
         self.last_prompt_tokens = prompt_tokens
-        self.last_reply_tokens = count_tokens(reply) if reply else 0
+        self.last_reply_tokens = reply_tokens
         self.turns += 1

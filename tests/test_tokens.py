@@ -38,3 +38,21 @@ def test_estimate_is_labelled_and_rough() -> None:
     assert est.name.startswith("estimate")
     assert 20 <= est.count("word " * 20) <= 30
     assert est.count("你好世界") == 4
+
+
+def test_long_texts_are_estimated_from_samples_within_a_few_percent() -> None:
+    """A 10 MB reply counted exactly blocked the event loop for ~20 s (issue 12): past
+    EXACT_COUNT_CHARS the count comes from samples, close to the exact count on prose."""
+    from pathlib import Path
+
+    from stress.tokens import EXACT_COUNT_CHARS, count_tokens, get_tokenizer
+
+    corpus = Path(__file__).resolve().parents[1] / "corpora" / "en"
+    text = "\n\n".join(p.read_text() for p in sorted(corpus.glob("*"))[:6])
+    assert len(text) > 4 * EXACT_COUNT_CHARS
+    exact = get_tokenizer().count(text)
+    assert abs(count_tokens(text) - exact) / exact < 0.1
+    short = text[:EXACT_COUNT_CHARS]
+    assert count_tokens(short) == get_tokenizer().count(short)
+    # the cost is bounded by the sample size, not the text: a 10 MB text counts at once
+    assert count_tokens("word " * 2_000_000) > 1_000_000
