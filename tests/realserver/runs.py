@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = """\
 name: {name}
 target: {{url: "{url}", model: auto}}
-users: {{count: {users}, ramp_up: 1s, think_time: {{min: 0.2s, max: 0.5s}}}}
+users: {{count: {users}, ramp_up: 1s, think_time: {{min: {think[0]}, max: {think[1]}}}}}
 rounds: {rounds}
 conversation:
   system_prompt: You are a careful assistant. Answer questions about the pasted text.
@@ -26,7 +26,7 @@ conversation:
     paste: {{corpus: {corpus}, tokens: [{paste_lo}, {paste_hi}]}}
     ask: ["Summarise this in two sentences.", "What is the key point?"]
 request: {{max_tokens: {max_tokens}, temperature: 0.2}}
-timeouts: {{connect: 10s, first_token: {first_token}, stall: 60s, total: 5m, drain: 60s}}
+timeouts: {{connect: 10s, first_token: {first_token}, stall: {stall}, total: 10m, drain: 60s}}
 telemetry: {{interval: 1s, gpus: "off"}}
 seed: 7
 """
@@ -61,8 +61,55 @@ def stress_run(
     ceiling: int = 3500,
     max_tokens: int = 48,
     first_token: str = "180s",
+    stall: str = "180s",
+    think: tuple[str, str] = ("0.2s", "0.5s"),
     timeout_s: float = 600,
 ) -> Run:
+    """Run the CLI to the end. The stall limit is generous: on a busy 2-core machine a
+    preempted or queued request can be silent for a minute, which these tests do not test."""
+    scenario = write_scenario(
+        tmp,
+        url,
+        name=name,
+        users=users,
+        rounds=rounds,
+        cache=cache,
+        paste=paste,
+        ceiling=ceiling,
+        max_tokens=max_tokens,
+        first_token=first_token,
+        stall=stall,
+        think=think,
+    )
+    out = tmp / f"out-{name}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stress", "run", str(scenario), "--out", str(out), "--no-tui"],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        cwd=ROOT,
+        check=False,
+    )
+    assert proc.returncode == 0, f"stress run failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    return read_run(out, proc.stdout)
+
+
+def write_scenario(
+    tmp: Path,
+    url: str,
+    *,
+    name: str,
+    users: int,
+    rounds: int,
+    cache: str = "per_user",
+    paste: tuple[int, int] = (450, 600),
+    ceiling: int = 3500,
+    max_tokens: int = 48,
+    first_token: str = "180s",
+    stall: str = "180s",
+    think: tuple[str, str] = ("0.2s", "0.5s"),
+) -> Path:
     scenario = tmp / f"{name}.yaml"
     scenario.write_text(
         SCENARIO.format(
@@ -77,23 +124,19 @@ def stress_run(
             paste_hi=paste[1],
             max_tokens=max_tokens,
             first_token=first_token,
+            stall=stall,
+            think=think,
         )
     )
-    out = tmp / f"out-{name}"
-    proc = subprocess.run(
-        [sys.executable, "-m", "stress", "run", str(scenario), "--out", str(out), "--no-tui"],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        cwd=ROOT,
-        check=False,
-    )
-    assert proc.returncode == 0, f"stress run failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    return scenario
+
+
+def read_run(out: Path, stdout: str = "") -> Run:
+    """The one run directory under ``out``."""
     [d] = [p for p in out.iterdir() if p.is_dir()]
     return Run(
         dir=d,
-        stdout=proc.stdout,
+        stdout=stdout,
         manifest=orjson.loads((d / "manifest.json").read_bytes()),
         summary=orjson.loads((d / "summary.json").read_bytes()),
         requests=read_jsonl(d / "requests.jsonl"),
