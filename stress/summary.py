@@ -476,9 +476,7 @@ def build_summary(run_dir: Path, files: RunFiles | None = None) -> dict[str, Any
         "data_quality": files.quality.as_dict(),
         "stalls": stall_figures(records),
         "overall": overall,
-        "per_user": {
-            str(u): _group([r for r in main if int(r.get("user") or 0) == u]) for u in users
-        },
+        "per_user": {str(u): _group(g) for u, g in _by_user(main, users).items()},
         "phases": _phases(records),
         "phase_steps": _steps(records),
         "events": dict(Counter(e["kind"] for e in files.events)),
@@ -496,6 +494,14 @@ def build_summary(run_dir: Path, files: RunFiles | None = None) -> dict[str, Any
             "space or make the run directory writable, then `stress report` it again"
         ) from None
     return summary
+
+
+def _by_user(records: list[dict[str, Any]], users: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """Records per user in one pass (per user, a scan of all records was O(users x n))."""
+    out: dict[int, list[dict[str, Any]]] = {u: [] for u in users}
+    for r in records:
+        out[int(r.get("user") or 0)].append(r)
+    return out
 
 
 def _verdict(run_dir: Path, files: RunFiles) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from stress.report.capacity import (
     working_set,
 )
 from stress.report.headline import GENERATED
-from stress.report.load import RunData
+from stress.report.load import Record, RunData
 from stress.report.model import Chart
 from stress.report.series import energy_per_token, gpu_series, server_series
 from stress.report.tables import retention
@@ -183,21 +183,30 @@ def preemptions(run: RunData) -> Chart | None:
     return Chart("preemptions-over-time", "Preemptions over time", to_svg(fig, "preemptions"))
 
 
+MAX_USER_BARS = 200
+"""Past this many users the retention chart is a histogram over users, not a bar each."""
+
+
 def retention_per_user(run: RunData) -> Chart | None:
-    users = sorted({int(r.get("user") or 0) for r in run.main})
-    vals = [retention([r for r in run.main if int(r.get("user") or 0) == u]) for u in users]
+    by_user: dict[int, list[Record]] = {}
+    for r in run.main:  # one pass: thousands of users times their records was minutes
+        by_user.setdefault(int(r.get("user") or 0), []).append(r)
+    users = sorted(by_user)
+    vals = [retention(by_user[u]) for u in users]
     if not any(v is not None for v in vals):
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 2.6))
-    ax.bar([str(u) for u in users], [100 * (v or 0.0) for v in vals], color="tab:purple")
-    ax.axhline(100, color="0.4", lw=1)
-    ax.set(
-        xlabel="user",
-        ylabel="retention %",
-        ylim=(0, 110),
-        title="Cache retention per user (cached / reusable tokens)",
-    )
+    if len(users) <= MAX_USER_BARS:
+        ax.bar([str(u) for u in users], [100 * (v or 0.0) for v in vals], color="tab:purple")
+        ax.axhline(100, color="0.4", lw=1)
+        ax.set(xlabel="user", ylabel="retention %", ylim=(0, 110))
+    else:  # a bar per user is unreadable past a few hundred: how users spread instead
+        ax.hist(
+            [100 * v for v in vals if v is not None], bins=20, range=(0, 100), color="tab:purple"
+        )
+        ax.set(xlabel="retention %", ylabel="users")
+    ax.set_title("Cache retention per user (cached / reusable tokens)")
     return Chart("retention-per-user", "Per-user cache retention", to_svg(fig, "retention"))
 
 
