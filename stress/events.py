@@ -32,7 +32,9 @@ EventKind = Literal[
     "collector_error",  # warning: a collector could not take one sample
     "client_overloaded",  # warning: stress itself may be the bottleneck
     "hang_suspected",  # error: requests in flight and no bytes for telemetry.hang_after
-    "hang_cleared",  # warning: bytes flow again
+    "hang_cleared",  # warning: bytes flow again (every detector that saw the hang cleared)
+    "hang_corroborated",  # info: a second detector sees the hang already counted (hangs.py)
+    "hang_partly_cleared",  # info: one detector cleared, another still sees the hang
     "restart",  # error: the server restarted (its counters went back)
     "server_down",
     "server_back",

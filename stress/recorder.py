@@ -58,44 +58,6 @@ def write_json(path: Path, obj: Any) -> None:
         raise
 
 
-def read_manifest(run_dir: Path) -> dict[str, Any]:
-    """A run directory's manifest; ``RunDirError`` (one line) if it is not a run."""
-    from stress.errors import RunDirError
-
-    path = run_dir / "manifest.json"
-    if not run_dir.is_dir() or not path.exists():
-        raise RunDirError(
-            f"{run_dir} is not a run directory (no manifest.json) -- fix: pass a folder "
-            "under out/ made by `stress run`"
-        )
-    try:
-        obj = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError:
-        raise RunDirError(f"{path} is damaged (not JSON)") from None
-    if not isinstance(obj, dict):
-        raise RunDirError(f"{path} is not a JSON object")
-    return obj
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of a JSONL file; a torn last line (kill -9) is skipped."""
-    out: list[dict[str, Any]] = []
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return out
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
-
-
 class Recorder:
     """Implements the collectors' ``Sink``; owns the run directory's JSONL files.
 

@@ -33,6 +33,7 @@ from stress.corpus import Corpus
 from stress.engine import Engine, RunCounters
 from stress.errors import RecordingError, RunDirError, TargetError
 from stress.events import RunEvent
+from stress.hangs import GatedSink, HangGate
 from stress.headless import HeadlessPrinter, UiSink
 from stress.live import Live
 from stress.preflight import preflight
@@ -186,6 +187,7 @@ def _collectors(
     session: aiohttp.ClientSession,
     target: Target,
     server_kind: str,
+    gate: HangGate,
 ) -> list[Collector]:
     """The collectors this scenario asks for: the client's own health, server metrics, GPUs."""
     from stress.collectors.client import ClientHealthCollector
@@ -197,13 +199,14 @@ def _collectors(
     if tele.server_metrics:
         out.append(
             ServerCollector(
-                recorder,
+                GatedSink(recorder, gate),  # its hangs and the client's are one count
                 clock,
                 tele.interval,
                 session=session,
                 base_url=target.url,
                 headers=target.headers,
                 kind=server_kind,
+                hang_after_s=tele.hang_after,
             )
         )
     if tele.gpus != "off":
@@ -384,7 +387,8 @@ async def _run(
         return engine
 
     engine = make_engine(*plan[0])
-    collectors = _collectors(loaded, recorder, clock, session, target, server_kind)
+    gate = HangGate(recorder.event)
+    collectors = _collectors(loaded, recorder, clock, session, target, server_kind, gate)
     stop_bg = asyncio.Event()
     background = [
         asyncio.create_task(
@@ -397,7 +401,7 @@ async def _run(
     ]
     background.append(
         asyncio.create_task(
-            _monitor(live, collectors, client, recorder, clock, sc.telemetry.hang_after, stop_bg)
+            _monitor(live, collectors, client, gate, clock, sc.telemetry.hang_after, stop_bg)
         )
     )
     loop = asyncio.get_running_loop()
@@ -564,7 +568,7 @@ async def _monitor(
     live: Live,
     collectors: list[Collector],
     client: ChatClient,
-    recorder: Recorder,
+    gate: HangGate,
     clock: RunClock,
     hang_after: float,
     stop: asyncio.Event,
@@ -587,7 +591,7 @@ async def _monitor(
         if live.in_flight > 0 and quiet >= hang_after:
             if hung_since is None:
                 hung_since = clock.now() - quiet
-                recorder.event(
+                gate.event(
                     RunEvent(
                         clock.now(),
                         "hang_suspected",
@@ -599,7 +603,7 @@ async def _monitor(
                     )
                 )
         elif hung_since is not None and quiet < hang_after:
-            recorder.event(
+            gate.event(
                 RunEvent(
                     clock.now(),
                     "hang_cleared",

@@ -9,11 +9,15 @@ from typing import Any
 import orjson
 import pytest
 
-from stress.recorder import read_jsonl
+from stress.report.runfiles import read_jsonl_counted
 from stress.run import execute
 from stress.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return read_jsonl_counted(path)[0]
 
 
 def scenario(
@@ -51,8 +55,8 @@ async def test_cache_figures_match_ground_truth(tmp_path: Path, dialect: str) ->
     gt = tmp_path / "gt.jsonl"
     sim = f"{{dialect: {dialect}, time_scale: 20, ground_truth_path: '{gt}', max_seqs: 8}}"
     outcome = await execute(scenario(tmp_path, sim), tmp_path / "out")
-    recs = read_jsonl(outcome.run_dir / "requests.jsonl")
-    truth = read_jsonl(gt)
+    recs = _lines(outcome.run_dir / "requests.jsonl")
+    truth = _lines(gt)
     ok = [r for r in recs if r["outcome"] == "ok"]
     assert len(ok) == len(recs) >= 9
     assert len(truth) == len(recs)
@@ -88,7 +92,7 @@ async def test_small_pool_preemptions_match_the_server(tmp_path: Path) -> None:
         scenario(tmp_path, sim, users=6, duration="90s", max_tokens=300),
         tmp_path / "out",
     )
-    truth = read_jsonl(gt)
+    truth = _lines(gt)
     preempted = sum(t["preemptions"] for t in truth)
     summary = orjson.loads((outcome.run_dir / "summary.json").read_bytes())
     assert preempted > 0
@@ -99,9 +103,9 @@ async def test_small_pool_preemptions_match_the_server(tmp_path: Path) -> None:
 async def test_restart_mid_run_is_an_event_and_the_run_goes_on(tmp_path: Path) -> None:
     sim = "{time_scale: 10, faults: [{kind: restart, at_seconds: [40], duration_s: 10}]}"
     outcome = await execute(scenario(tmp_path, sim, duration="100s"), tmp_path / "out")
-    events = read_jsonl(outcome.run_dir / "events.jsonl")
+    events = _lines(outcome.run_dir / "events.jsonl")
     assert any(e["kind"] == "restart" for e in events), [e["kind"] for e in events]
-    recs = read_jsonl(outcome.run_dir / "requests.jsonl")
+    recs = _lines(outcome.run_dir / "requests.jsonl")
     assert outcome.exit_reason == "duration"
     restart_t = 40 / 10
     assert any(r["outcome"] == "ok" and r["t_start"] > restart_t + 1.5 for r in recs)
@@ -119,8 +123,17 @@ async def test_hang_is_detected_and_stalled_requests_are_classified(tmp_path: Pa
         telemetry="{interval: 0.25s, hang_after: 1.5s}",
     )
     outcome = await execute(sc, tmp_path / "out")
-    events = read_jsonl(outcome.run_dir / "events.jsonl")
-    assert any(e["kind"] == "hang_suspected" and e["source"] == "client" for e in events)
-    recs = read_jsonl(outcome.run_dir / "requests.jsonl")
+    events = _lines(outcome.run_dir / "events.jsonl")
+    hang = ("hang_suspected", "hang_corroborated")
+    assert any(e["kind"] in hang and e["source"] == "client" for e in events)
+    # one hang is one hang_suspected, whichever detectors saw it (issue 13)
+    open_hang = False
+    for e in events:
+        if e["kind"] == "hang_suspected":
+            assert not open_hang, "a second hang_suspected for a hang already counted"
+            open_hang = True
+        elif e["kind"] == "hang_cleared":
+            open_hang = False
+    recs = _lines(outcome.run_dir / "requests.jsonl")
     assert recs and all(r["error_class"] in ("first_token_timeout", "cancelled") for r in recs)
     assert any(r["error_class"] == "first_token_timeout" for r in recs)

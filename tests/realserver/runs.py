@@ -49,41 +49,13 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [orjson.loads(x) for x in path.read_bytes().splitlines() if x.strip()]
 
 
-def stress_run(
-    tmp: Path,
-    url: str,
-    *,
-    name: str,
-    users: int,
-    rounds: int,
-    cache: str = "per_user",
-    paste: tuple[int, int] = (450, 600),
-    ceiling: int = 3500,
-    max_tokens: int = 48,
-    first_token: str = "180s",
-    stall: str = "180s",
-    think: tuple[str, str] = ("0.2s", "0.5s"),
-    timeout_s: float = 600,
-) -> Run:
-    """Run the CLI to the end. The stall limit is generous: on a busy 2-core machine a
-    preempted or queued request can be silent for a minute, which these tests do not test."""
-    scenario = write_scenario(
-        tmp,
-        url,
-        name=name,
-        users=users,
-        rounds=rounds,
-        cache=cache,
-        paste=paste,
-        ceiling=ceiling,
-        max_tokens=max_tokens,
-        first_token=first_token,
-        stall=stall,
-        think=think,
-    )
+def stress_run(tmp: Path, url: str, *, timeout_s: float = 600, **scenario: Any) -> Run:
+    """Run the CLI to the end on a scenario from ``write_scenario(**scenario)``."""
+    name = scenario["name"]
+    scenario_file = write_scenario(tmp, url, **scenario)
     out = tmp / f"out-{name}"
     proc = subprocess.run(
-        [sys.executable, "-m", "stress", "run", str(scenario), "--out", str(out), "--no-tui"],
+        [sys.executable, "-m", "stress", "run", str(scenario_file), "--out", str(out), "--no-tui"],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -110,6 +82,8 @@ def write_scenario(
     stall: str = "180s",
     think: tuple[str, str] = ("0.2s", "0.5s"),
 ) -> Path:
+    """The scenario file. The stall limit is generous: on a busy 2-core machine a
+    preempted or queued request can be silent for a minute, which these tests do not test."""
     scenario = tmp / f"{name}.yaml"
     scenario.write_text(
         SCENARIO.format(
