@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from stress import figures
 from stress.events import RunEvent
 from stress.record import OUTCOMES, RequestRecord
 
@@ -166,6 +167,11 @@ class Snapshot:
     reconnects: int
     events: tuple[RunEvent, ...]
     collectors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    output_tokens: int = 0
+    """Completion tokens of non-warm-up requests (``stress.figures.output_tokens``);
+    ``completion_tokens`` counts warm-up too (the GPU energy's denominator)."""
+    cache_retention: float | None = None
+    """Run-level cache retention of non-warm-up requests (``stress.figures.retention``)."""
 
 
 class Live:
@@ -181,7 +187,9 @@ class Live:
         self.in_flight = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.output_tokens = 0
         self.reconnects = 0
+        self._retention = figures.RetentionTally()
         self._ttft: deque[tuple[float, float]] = deque(maxlen=512)
         self._done: deque[tuple[float, int, int, int]] = deque(maxlen=4096)
         self._buckets: deque[tuple[int, int]] = deque(maxlen=self.HISTORY)
@@ -227,11 +235,13 @@ class Live:
             if not rec.warmup:
                 self._ttft.append((t_end, rec.ttft_s))
         u.last_decode_tok_s = rec.decode_tok_s
+        if not rec.warmup:
+            self.output_tokens += rec.completion_tokens
         if rec.cached_tokens is not None and prompt:
             u.last_cached_pct = 100.0 * rec.cached_tokens / prompt
-            u.last_retention = (
-                rec.cached_tokens / rec.reusable_tokens if rec.reusable_tokens else None
-            )
+            u.last_retention = figures.retention([(rec.cached_tokens, rec.reusable_tokens)])
+        if rec.cached_tokens is not None and rec.reusable_tokens and not rec.warmup:
+            self._retention.add(rec.cached_tokens, rec.reusable_tokens)
         u.recent.append(
             TurnSummary(
                 rec.round,
@@ -290,4 +300,6 @@ class Live:
             reconnects=self.reconnects,
             events=tuple(list(self.events)[-50:]),
             collectors={k: dict(v) for k, v in self.collectors.items()},
+            output_tokens=self.output_tokens,
+            cache_retention=self._retention.value,
         )

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from stress import figures
 from stress.errors import RunDirError
 from stress.record import OUTCOMES
 from stress.recorder import write_json
@@ -24,7 +25,7 @@ from stress.report.runfiles import RunFiles, read_run_files, rescale_record
 __all__ = ["build_summary", "health_warnings", "render_summary", "rescale_record", "stats"]
 
 METRICS = ("ttft_s", "ttfc_s", "decode_tok_s", "e2e_s", "queue_s")
-GENERATED = ("ok", "reasoning_only")
+GENERATED = figures.GENERATED
 """Requests that generated text: the population of latency and speed figures. Only ``ok``
 is *answered*: a reply that reasoned and stopped without answer text is not an answer."""
 
@@ -78,11 +79,9 @@ def _group(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
     for m in METRICS:
         out[m] = stats(
-            [
-                r[m]
-                for r in records
-                if r.get(m) is not None and (m == "queue_s" or r.get("outcome") in GENERATED)
-            ]
+            [r["queue_s"] for r in records if r.get("queue_s") is not None]
+            if m == "queue_s"  # the client's own wait: every request has one
+            else figures.generated_values(records, m)
         )
     # every stream's longest silence, failed ones too: a stall is the point of this figure
     out["max_gap_s"] = stats([r["max_gap_s"] for r in records if r.get("max_gap_s") is not None])
@@ -90,15 +89,9 @@ def _group(records: list[dict[str, Any]]) -> dict[str, Any]:
     known = [r for r in records if r.get("cached_tokens") is not None and r.get("prompt_tokens")]
     prompt = sum(r["prompt_tokens"] for r in known)
     out["cached_share"] = (sum(r["cached_tokens"] for r in known) / prompt) if prompt else None
-    reuse = [r for r in known if r.get("reusable_tokens")]
-    reusable = sum(r["reusable_tokens"] for r in reuse)
-    out["cache_retention"] = (
-        sum(min(r["cached_tokens"], r["reusable_tokens"]) for r in reuse) / reusable
-        if reusable
-        else None
-    )
+    out["cache_retention"] = figures.cache_retention(records)
     out["prompt_tokens"] = sum(r.get("prompt_tokens") or 0 for r in records)
-    out["completion_tokens"] = sum(r.get("completion_tokens") or 0 for r in records)
+    out["completion_tokens"] = figures.output_tokens(records)
     out["rounds"] = max((r.get("round", 0) for r in records), default=0)
     out["max_conversation_tokens"] = max(
         (r.get("conversation_tokens", 0) for r in records), default=0
@@ -393,7 +386,7 @@ def _steps(records: list[dict[str, Any]]) -> dict[str, Any]:
     for step, by_pass in passes.items():
         if len(by_pass) < 2:
             continue
-        figures: dict[str, list[float]] = {
+        per_pass: dict[str, list[float]] = {
             "ttft_p50_s": [],
             "decode_p50_tok_s": [],
             "e2e_p50_s": [],
@@ -408,11 +401,11 @@ def _steps(records: list[dict[str, Any]]) -> dict[str, Any]:
             ):
                 vals = [r[field] for r in ok if r.get(field) is not None]
                 if vals:
-                    figures[key].append(float(np.median(vals)))
+                    per_pass[key].append(float(np.median(vals)))
             start = min(r.get("t_start", 0.0) for r in rows)
             end = max(r.get("t_start", 0.0) + (r.get("e2e_s") or 0.0) for r in rows)
             if end > start:
-                figures["output_tok_s"].append(
+                per_pass["output_tok_s"].append(
                     sum(r.get("completion_tokens") or 0 for r in rows) / (end - start)
                 )
         out[step] = {"passes": len(by_pass)} | {
@@ -421,17 +414,20 @@ def _steps(records: list[dict[str, Any]]) -> dict[str, Any]:
                 "sd": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
                 "n": len(v),
             }
-            for key, v in figures.items()
+            for key, v in per_pass.items()
             if v
         }
     return out
 
 
-def _server_section(manifest: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+def _server_section(files: RunFiles, records: list[dict[str, Any]]) -> dict[str, Any]:
     """The server's own figures (from the metrics collector) plus the hit rate by round
-    from the per-request cached tokens."""
-    out: dict[str, Any] = dict((manifest.get("collectors") or {}).get("server") or {})
+    from the per-request cached tokens, and the KV pool as the report reads it."""
+    manifest = files.manifest
+    collected = (manifest.get("collectors") or {}).get("server")
+    out: dict[str, Any] = dict(collected or {})
     probe = manifest.get("probe") or {}
+    out["kv_pool_tokens"] = figures.kv_pool_tokens(files.server, collected, probe)
     for key in ("kind", "version", "context_length", "kv_pool_tokens", "slots"):
         if probe.get(key) is not None:
             out.setdefault(f"probe_{key}", probe[key])
@@ -480,8 +476,8 @@ def build_summary(run_dir: Path, files: RunFiles | None = None) -> dict[str, Any
         "phases": _phases(records),
         "phase_steps": _steps(records),
         "events": dict(Counter(e["kind"] for e in files.events)),
-        "server": _server_section(manifest, main),
-        "gpu": collectors.get("gpu"),
+        "server": _server_section(files, main),
+        "gpu": _gpu_section(files),
         "client": collectors.get("client"),
         "warnings": health_warnings(files) + warnings_for(records, manifest),
     }
@@ -494,6 +490,29 @@ def build_summary(run_dir: Path, files: RunFiles | None = None) -> dict[str, Any
             "space or make the run directory writable, then `stress report` it again"
         ) from None
     return summary
+
+
+def _gpu_section(files: RunFiles) -> dict[str, Any] | None:
+    """The GPU collector's summary, with energy and J/token from ``stress.figures`` (the
+    report shows the same); a run killed before that summary gets them from gpu.jsonl."""
+    collected = (files.manifest.get("collectors") or {}).get("gpu")
+    samples = [r for r in files.gpu if r.get("type") == "sample"]
+    server_cards = next(
+        (r.get("server_cards") for r in files.gpu if r.get("type") == "cards"), None
+    )
+    if isinstance(collected, dict) and collected.get("server_cards"):
+        server_cards = collected["server_cards"]
+    energy = figures.energy_j(
+        collected if isinstance(collected, dict) else None, samples, server_cards
+    )
+    if energy is None:
+        return collected if isinstance(collected, dict) else None
+    tokens = figures.energy_tokens(files.requests)
+    out: dict[str, Any] = (
+        dict(collected) if isinstance(collected, dict) else {"source": "gpu.jsonl"}
+    )
+    out.update(energy_j=energy, tokens=tokens, j_per_token=figures.j_per_token(energy, tokens))
+    return out
 
 
 def _by_user(records: list[dict[str, Any]], users: list[int]) -> dict[int, list[dict[str, Any]]]:

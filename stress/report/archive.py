@@ -16,11 +16,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from stress import figures
 from stress.errors import RunDirError, StressError
 from stress.report.fmt import num, pct
-from stress.report.headline import aggregate_tok_s, cached_share, values
+from stress.report.headline import aggregate_tok_s, cached_share
 from stress.report.load import load_run
-from stress.report.stats import describe
 from stress.report.verdict import make_verdict
 
 
@@ -66,7 +66,7 @@ def row_for(run_dir: Path) -> ArchiveRow:
         duration_s=round(run.duration_s, 1),
         verdict=make_verdict(run).status,
         requests=len(run.requests),
-        ttft_p95_s=describe(values(run.main, "ttft_s")).p95,
+        ttft_p95_s=figures.ttft_p95(run.requests),
         output_tok_s=aggregate_tok_s(run),
         hit_rate=float(hit) if isinstance(hit, int | float) else cached_share(run.main),
         path=str(run_dir),

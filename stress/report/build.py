@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from stress import figures
 from stress.report.capacity import capacity_section
 from stress.report.fingerprint import fingerprint
 from stress.report.fmt import num, pct
@@ -63,11 +64,15 @@ def gpu_table(run: RunData) -> Table | None:
                 pct(sum(c.throttled) / len(c.throttled) if c.throttled else None),
             ]
         )
-    energy = total_energy_j(cards)
-    out_tokens = sum(int(r.get("completion_tokens") or 0) for r in run.requests)
-    note = f"Energy {energy / 3600:,.1f} Wh over the run"
-    if out_tokens and energy:
-        note += f"; {energy / out_tokens:.3g} J per output token ({out_tokens:,} tokens)"
+    energy = total_energy_j(run)
+    out_tokens = figures.energy_tokens(run.requests)
+    jpt = figures.j_per_token(energy, out_tokens)
+    servers = run.server_cards
+    note = "Energy " + ("-" if energy is None else f"{energy / 3600:,.1f} Wh") + " over the run"
+    if servers and len(servers) < len(cards):
+        note += f" on the server's {len(servers)} of {len(cards)} cards"
+    if jpt is not None:
+        note += f"; {jpt:.3g} J per output token ({out_tokens:,} tokens)"
     return Table(
         "GPUs",
         [

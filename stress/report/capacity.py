@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from stress import figures
 from stress.report.fmt import num, pct, tokens
 from stress.report.headline import GENERATED, cached_share
 from stress.report.load import Record, RunData, end_time
@@ -104,12 +105,11 @@ def working_set_at(series: tuple[FloatArray, FloatArray], t: FloatArray) -> Floa
 
 
 def pool_tokens(run: RunData) -> float | None:
-    for rec in reversed(run.server):
-        v = (rec.get("values") or {}).get("kv_pool_tokens")
-        if v:
-            return float(v)
-    v = run.collector("server").get("kv_pool_tokens")
-    return float(v) if v else None
+    """The KV pool as ``stress.figures.kv_pool_tokens`` finds it (llama.cpp: the probe's)."""
+    probe = run.manifest.get("probe")
+    return figures.kv_pool_tokens(
+        run.server, run.collector("server"), probe if isinstance(probe, dict) else None
+    )
 
 
 def _slo_mark(value: float | None, limit: float | None, above_is_bad: bool) -> str:
@@ -206,9 +206,7 @@ def retention_by_working_set(run: RunData, pool: float | None) -> tuple[Table, f
     """
     series = working_set(run.requests)
     peak = float(series[1].max()) if series[1].size else 0.0
-    follow = [
-        r for r in run.main if r.get("reusable_tokens") and r.get("cached_tokens") is not None
-    ]
+    follow = [r for r in run.main if figures.counts_for_retention(r)]
     if not follow or peak <= 0:
         return Table("Cache retention by working set", [], [], id="retention-ws"), None, peak
     ws = working_set_at(series, np.array([float(r.get("t_start") or 0.0) for r in follow]))
@@ -220,11 +218,7 @@ def retention_by_working_set(run: RunData, pool: float | None) -> tuple[Table, f
     fell: float | None = None
     for b in sorted(groups):
         idx = groups[b]
-        reusable = sum(float(follow[i]["reusable_tokens"]) for i in idx)
-        kept = sum(
-            min(float(follow[i]["cached_tokens"]), float(follow[i]["reusable_tokens"])) for i in idx
-        )
-        ret = kept / reusable if reusable else None
+        ret = figures.cache_retention([follow[i] for i in idx])
         if fell is None and ret is not None and ret < RETENTION_FLOOR and len(idx) >= 2:
             fell = float(b * step)
         ttft = describe([float(follow[i]["ttft_s"]) for i in idx if follow[i].get("ttft_s")])

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from stress import figures
 from stress.report.fmt import mean_sd, num
 from stress.report.load import Record, RunData
 from stress.report.model import Table
 from stress.report.stats import Describe, describe
 
-ANSWERED = ("ok",)
+ANSWERED = figures.ANSWERED
 """Outcomes that count as answered."""
-GENERATED = ("ok", "reasoning_only")
+GENERATED = figures.GENERATED
 """Outcomes whose latency and speed figures count (the server generated text)."""
 
 #: (record field, label, unit)
@@ -47,7 +48,8 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     ("prefix-cache hit (per request)", "cached_tokens / prompt_tokens, summed over requests"),
     (
         "cache retention",
-        "cached_tokens / reusable_tokens (what this user already sent); below 1 = evicted",
+        "sum of min(cached_tokens, reusable_tokens) / sum of reusable_tokens (what this user "
+        "already sent), over requests with both known; below 1 = evicted, never above 1",
     ),
     ("server hit rate", "delta(prefix hits) / delta(prefix queries) from the server's counters"),
     ("working set", "sum over users of their live conversation length (tokens) at a moment"),
@@ -57,9 +59,7 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
 
 def values(records: list[Record], key: str) -> list[float]:
     """A per-request figure over requests that generated text (None values skipped)."""
-    return [
-        float(r[key]) for r in records if r.get(key) is not None and r.get("outcome") in GENERATED
-    ]
+    return figures.generated_values(records, key)
 
 
 def cache_pairs(records: list[Record]) -> tuple[list[float], list[float]]:
@@ -109,8 +109,7 @@ def throughput_windows(run: RunData, n_windows: int = 30) -> list[float]:
 
 def aggregate_tok_s(run: RunData) -> float | None:
     d = run.duration_s
-    total = sum(r.get("completion_tokens") or 0 for r in run.main)
-    return total / d if d > 0 else None
+    return figures.output_tokens(run.requests) / d if d > 0 else None
 
 
 def headline_stats(run: RunData) -> dict[str, Describe]:

@@ -33,6 +33,8 @@ class RunData:
     server: list[Record] = field(default_factory=list)
     gpu_cards: list[Record] = field(default_factory=list)
     gpu_samples: list[Record] = field(default_factory=list)
+    gpu_server_cards: list[str] | None = None
+    """The server's cards as the GPU collector recorded them (None: not recorded)."""
 
     @property
     def run_id(self) -> str:
@@ -70,6 +72,12 @@ class RunData:
     def accounting(self) -> Accounting:
         return self.files.accounting
 
+    @property
+    def server_cards(self) -> list[str] | None:
+        """The server's cards: the GPU collector's summary, else its cards record."""
+        keys = self.collector("gpu").get("server_cards")
+        return [str(k) for k in keys] if isinstance(keys, list) and keys else self.gpu_server_cards
+
     def collector(self, name: str) -> dict[str, Any]:
         c = self.manifest.get("collectors")
         got = c.get(name) if isinstance(c, dict) else None
@@ -85,9 +93,12 @@ def load_run(run_dir: Path, files: RunFiles | None = None) -> RunData:
     files = files or read_run_files(run_dir)
     cards: list[Record] = []
     samples: list[Record] = []
+    server_cards: list[str] | None = None
     for rec in files.gpu:
         if rec.get("type") == "cards":
             cards = rec["cards"]
+            if isinstance(rec.get("server_cards"), list):
+                server_cards = [str(k) for k in rec["server_cards"]]
         elif rec.get("type") == "sample":
             samples.append(rec)
     server = files.server
@@ -105,6 +116,7 @@ def load_run(run_dir: Path, files: RunFiles | None = None) -> RunData:
         server=server,
         gpu_cards=cards,
         gpu_samples=samples,
+        gpu_server_cards=server_cards,
     )
 
 

@@ -1,7 +1,8 @@
 """Time series for the charts: server counters and GPU samples folded into windows.
 
 Hit rate comes from counter deltas over a window (DESIGN: never a single-scrape gauge);
-energy per token from the GPU energy counters' increments against tokens generated.
+energy per token from the increments of the server cards' guarded energy accumulators
+against tokens generated (the run's total: ``stress.figures.energy_j``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from stress import figures
 from stress.report.load import RunData
 
 FloatArray = npt.NDArray[np.float64]
@@ -106,7 +108,10 @@ def energy_per_token(run: RunData, cards: list[CardSeries]) -> tuple[FloatArray,
     width = window_width(run, 20)
     n = int(run.duration_s // width) + 1
     energy = np.zeros(n)
+    server = set(run.server_cards or [])
     for c in cards:
+        if server and c.key not in server:
+            continue
         e = np.asarray(c.energy_j)
         t = np.asarray(c.t)
         ok = np.isfinite(e)
@@ -125,11 +130,7 @@ def energy_per_token(run: RunData, cards: list[CardSeries]) -> tuple[FloatArray,
     return (np.arange(n, dtype=np.float64) + 0.5) * width, np.asarray(jpt, dtype=np.float64)
 
 
-def total_energy_j(cards: list[CardSeries]) -> float:
-    total = 0.0
-    for c in cards:
-        e = np.asarray(c.energy_j)
-        e = e[np.isfinite(e)]
-        if e.size >= 2:
-            total += float(e[-1] - e[0])
-    return total
+def total_energy_j(run: RunData) -> float | None:
+    """The run's GPU energy over the server's cards, as ``stress.figures.energy_j``
+    defines it (the GPU collector's own figure)."""
+    return figures.energy_j(run.collector("gpu") or None, run.gpu_samples, run.server_cards)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
+from stress import figures
 from stress.report.fmt import mean_sd, num, pct, tokens
 from stress.report.headline import ANSWERED, cached_share, values
 from stress.report.load import Record, RunData
@@ -18,12 +19,8 @@ from stress.report.stats import describe
 
 
 def retention(records: list[Record]) -> float | None:
-    reuse = [r for r in records if r.get("reusable_tokens") and r.get("cached_tokens") is not None]
-    reusable = sum(float(r["reusable_tokens"]) for r in reuse)
-    if not reusable:
-        return None
-    kept = sum(min(float(r["cached_tokens"]), float(r["reusable_tokens"])) for r in reuse)
-    return kept / reusable
+    """Cache retention, as ``stress.figures.cache_retention`` defines it."""
+    return figures.cache_retention(records)
 
 
 K = TypeVar("K", bound=Hashable)
@@ -49,7 +46,7 @@ def per_user(run: RunData) -> Table:
                 str(len(g)),
                 str(_errors(g)),
                 mean_sd(describe(values(g, "ttft_s"))),
-                num(describe(values(g, "ttft_s")).p95),
+                num(figures.ttft_p95(g)),
                 mean_sd(describe(values(g, "decode_tok_s"))),
                 pct(cached_share(g)),
                 pct(retention(g)),
@@ -85,7 +82,7 @@ def per_round(run: RunData) -> Table:
                 str(_errors(g)),
                 tokens(conv.mean),
                 mean_sd(describe(values(g, "ttft_s"))),
-                num(describe(values(g, "ttft_s")).p95),
+                num(figures.ttft_p95(g)),
                 mean_sd(describe(values(g, "decode_tok_s"))),
                 pct(cached_share(g)),
             ]

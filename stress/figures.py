@@ -1,0 +1,177 @@
+"""Each figure that several outputs show, defined once: its population and its formula.
+
+``summary.json``, the report (verdict, headline, tables, capacity, GPU table), ``stress ls``
+and the live view used to compute these each on their own, and disagreed (a verdict's
+TTFT p95 over failed requests too, a live retention above 100 %, J/token over every card,
+a KV pool the probe found but the report did not). Every one of them now calls the
+function here. Pure functions over record dicts and numbers: no UI, no plotting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Record = Mapping[str, Any]
+
+GENERATED = ("ok", "reasoning_only")
+"""Outcomes of requests that generated text: the population of latency and speed figures
+(a failed request has no meaningful TTFT, even one that failed after its first token)."""
+ANSWERED = ("ok",)
+"""Outcomes that count as answered: a reply that reasoned and stopped without answer text
+measured the server's speed but answered nothing."""
+
+
+def main_requests(records: Iterable[Record]) -> list[Record]:
+    """Population of every headline figure: the run's requests minus warm-up ones."""
+    return [r for r in records if not r.get("warmup")]
+
+
+def generated_values(records: Iterable[Record], key: str) -> list[float]:
+    """A per-request figure (``ttft_s``, ``decode_tok_s``, ...) over the requests of
+    ``records`` that generated text (outcome in ``GENERATED``); missing values skipped.
+
+    Callers pass non-warm-up requests (``main_requests``) for headline figures."""
+    return [
+        float(r[key]) for r in records if r.get(key) is not None and r.get("outcome") in GENERATED
+    ]
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (numpy's linear interpolation), None for no values."""
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
+
+
+def ttft_p95(records: Iterable[Record]) -> float | None:
+    """TTFT p95: population, non-warm-up requests that generated text (``ok`` and
+    ``reasoning_only``); formula, the 95th percentile (linear) of their ``ttft_s``.
+
+    The verdict's SLO check, the headline table, ``summary.json`` and ``stress ls`` all
+    show this one number."""
+    return percentile(generated_values(main_requests(records), "ttft_s"), 95)
+
+
+def decode_p50(records: Iterable[Record]) -> float | None:
+    """Decode p50 (tok/s): population as ``ttft_p95``; the median of ``decode_tok_s``."""
+    return percentile(generated_values(main_requests(records), "decode_tok_s"), 50)
+
+
+def output_tokens(records: Iterable[Record]) -> int:
+    """Output tokens: ``completion_tokens`` summed over non-warm-up requests, every
+    outcome (a truncated reply's tokens were generated too)."""
+    return sum(int(r.get("completion_tokens") or 0) for r in main_requests(records))
+
+
+def kept_tokens(cached: float, reusable: float) -> float:
+    """Reusable tokens the cache kept for one request: its cached tokens, counted up to
+    what it could reuse (block alignment or a shared system prompt can report more)."""
+    return min(cached, reusable)
+
+
+def counts_for_retention(r: Record) -> bool:
+    """A request is in the retention population when its cached tokens are known and it
+    had something to reuse (a follow-up turn of a cached conversation)."""
+    return r.get("cached_tokens") is not None and bool(r.get("reusable_tokens"))
+
+
+@dataclass(slots=True)
+class RetentionTally:
+    """Running sums behind cache retention (the live view keeps one; two floats)."""
+
+    kept: float = 0.0
+    reusable: float = 0.0
+
+    def add(self, cached: float, reusable: float) -> None:
+        if reusable > 0:
+            self.kept += kept_tokens(cached, reusable)
+            self.reusable += reusable
+
+    @property
+    def value(self) -> float | None:
+        """Sum of ``kept_tokens`` / sum of reusable tokens: 0..1, None if nothing reusable."""
+        return self.kept / self.reusable if self.reusable else None
+
+
+def retention(pairs: Iterable[tuple[float, float]]) -> float | None:
+    """Cache retention over (cached, reusable) token pairs: sum of ``kept_tokens`` / sum
+    of reusable tokens; between 0 and 1, None when nothing was reusable."""
+    tally = RetentionTally()
+    for cached, reusable in pairs:
+        tally.add(cached, reusable)
+    return tally.value
+
+
+def cache_retention(records: Iterable[Record]) -> float | None:
+    """Cache retention: population, the requests given (callers pass non-warm-up ones,
+    per user, per bucket) that ``counts_for_retention``; formula, sum over them of
+    min(cached_tokens, reusable_tokens) / sum of reusable_tokens. Below 1 = evicted."""
+    return retention(
+        (float(r["cached_tokens"]), float(r["reusable_tokens"]))
+        for r in records
+        if counts_for_retention(r)
+    )
+
+
+def energy_j(
+    gpu_summary: Mapping[str, Any] | None,
+    samples: Iterable[Mapping[str, Any]],
+    server_cards: Sequence[str] | None,
+) -> float | None:
+    """The run's GPU energy (J): population, the server's cards (the collector's
+    ``server_cards``; every card when no selection was recorded); formula, the sum of each
+    card's guarded energy accumulator (counter increments, wraps and resets handled, power
+    integrated where the counter cannot be trusted).
+
+    That is the GPU collector's own ``energy_j`` when its end-of-run summary exists; a run
+    killed before it falls back on the accumulator totals its samples carry (``energy_j``
+    in gpu.jsonl, the same accumulator: its last value minus its first). None: no GPU
+    telemetry."""
+    if gpu_summary and isinstance(gpu_summary.get("energy_j"), int | float):
+        return float(gpu_summary["energy_j"])
+    wanted = set(server_cards) if server_cards else None
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for rec in samples:
+        for c in rec.get("cards") or []:
+            key, e = str(c.get("key")), c.get("energy_j")
+            if (wanted is not None and key not in wanted) or not isinstance(e, int | float):
+                continue
+            first.setdefault(key, float(e))
+            last[key] = float(e)
+    if not last:
+        return None
+    return sum(last[k] - first[k] for k in last)
+
+
+def energy_tokens(records: Iterable[Record]) -> int:
+    """Tokens the energy is divided by: ``completion_tokens`` of every request, warm-up
+    included, since the energy covers the whole run."""
+    return sum(int(r.get("completion_tokens") or 0) for r in records)
+
+
+def j_per_token(energy: float | None, tokens: int) -> float | None:
+    """Energy per output token: ``energy_j`` / ``energy_tokens``; None without either."""
+    return energy / tokens if energy is not None and tokens > 0 else None
+
+
+def kv_pool_tokens(
+    server_samples: Iterable[Mapping[str, Any]],
+    server_summary: Mapping[str, Any] | None,
+    probe: Mapping[str, Any] | None,
+) -> float | None:
+    """The server's KV pool in tokens, from the first source that has it: the last
+    server.jsonl sample that reports it (vLLM cache_config_info, SGLang
+    max_total_num_tokens), the server collector's summary, then the probe in the manifest
+    (llama.cpp: the sum of /slots n_ctx, which its /metrics does not carry)."""
+    for rec in reversed(list(server_samples)):
+        v = (rec.get("values") or {}).get("kv_pool_tokens")
+        if isinstance(v, int | float) and v > 0:
+            return float(v)
+    for source in (server_summary, probe):
+        v = (source or {}).get("kv_pool_tokens")
+        if isinstance(v, int | float) and v > 0:
+            return float(v)
+    return None

@@ -1,0 +1,240 @@
+"""One place per figure (issue 13, item 2): summary.json, the report, ``stress ls`` and the
+live view show the same TTFT p95, cache retention, output tokens, J/token and KV pool.
+
+Each ``test_*_disagreement`` test failed before ``stress.figures`` existed; the last one
+builds a real simulator run and reads the figures from every output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from stress import figures
+from stress.live import Live, Snapshot
+from stress.record import RequestRecord
+from stress.report.archive import row_for
+from stress.report.build import Report, make_report
+from stress.report.capacity import capacity_section
+from stress.report.load import load_run
+from stress.report.model import Table
+from stress.summary import build_summary
+from tests.report.synth import gpu_records, manifest, request, write_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _table(report: Report, table_id: str) -> Table:
+    for s in report.sections:
+        for t in s.tables:
+            if t.id == table_id:
+                return t
+    raise AssertionError(f"no table {table_id}")
+
+
+# ---- the functions ---------------------------------------------------------------------
+
+
+def test_ttft_p95_counts_only_requests_that_generated_text() -> None:
+    recs = [request(0, i, float(i), ttft=float(i)) for i in range(1, 21)]
+    failed = request(0, 99, 99.0, outcome="error", error_class="stall")
+    failed["ttft_s"] = 500.0  # failed after its first token: has a TTFT, is not counted
+    warm = request(1, 1, 0.0, ttft=900.0, warmup=True)
+    assert figures.ttft_p95([*recs, failed, warm]) == pytest.approx(19.05)
+    assert figures.ttft_p95([failed, warm]) is None
+
+
+def test_retention_is_clamped_and_skips_unknown() -> None:
+    recs = [
+        request(
+            0, 2, 0.0, conv=2000, cached=1100, reusable=1000
+        ),  # block alignment: more than reusable
+        request(0, 3, 1.0, cached=500, reusable=1000),
+        request(0, 1, 2.0, cached=0, reusable=0),  # first turn: nothing to reuse
+        request(0, 4, 3.0, cached=None, reusable=1000),  # unknown: not counted
+    ]
+    assert figures.cache_retention(recs) == pytest.approx(1500 / 2000)
+    assert figures.retention([(1100, 1000)]) == 1.0
+    assert figures.retention([(5, 0)]) is None
+
+
+def test_energy_prefers_the_collector_and_counts_server_cards_only() -> None:
+    samples = [r for r in gpu_records(10.0, cards=2) if r["type"] == "sample"]
+    k0 = samples[0]["cards"][0]["key"]
+    assert figures.energy_j(None, samples, [k0]) == pytest.approx(2000.0)
+    assert figures.energy_j(None, samples, None) == pytest.approx(4000.0)
+    assert figures.energy_j({"energy_j": 1234.5}, samples, [k0]) == 1234.5
+    assert figures.energy_j(None, [], None) is None
+    assert figures.j_per_token(2000.0, 100) == 20.0
+    assert figures.j_per_token(2000.0, 0) is None
+
+
+def test_kv_pool_sources_in_order() -> None:
+    sample = {"t": 1.0, "values": {"kv_pool_tokens": 1000.0}}
+    assert figures.kv_pool_tokens([sample], {"kv_pool_tokens": 2}, {"kv_pool_tokens": 3}) == 1000
+    assert figures.kv_pool_tokens([], {"kv_pool_tokens": None}, {"kv_pool_tokens": 3}) == 3
+    assert figures.kv_pool_tokens([], None, None) is None
+
+
+# ---- the disagreements of issue 13, each failed before -----------------------------------
+
+
+def test_ttft_p95_disagreement(tmp_path: Path) -> None:
+    """The verdict's SLO check took failed requests' TTFT too (191 s vs 188 s)."""
+    reqs = [request(i % 2, i, float(i), ttft=float(i)) for i in range(1, 21)]
+    for i in range(3):
+        failed = request(0, 30 + i, 30.0 + i, outcome="error", error_class="stall")
+        failed["ttft_s"] = 100.0
+        reqs.append(failed)
+    man = manifest(duration_s=60.0, slo={"ttft_p95": 10.0, "decode_tok_s_p50": 0.0})
+    d = write_run(tmp_path, man, reqs)
+    summary = build_summary(d)
+    report = make_report(d, charts=False)
+    p95 = summary["overall"]["ttft_s"]["p95"]
+    assert p95 == pytest.approx(19.05)
+    headline = next(r for r in report.headline.rows if r[0].startswith("TTFT"))
+    assert headline[3] == "19.1"
+    assert f"SLO missed: TTFT p95 {p95:.3g} s > 10 s." in report.verdict.items
+    assert row_for(d).ttft_p95_s == p95
+
+
+def test_energy_per_token_disagreement(tmp_path: Path) -> None:
+    """summary.json counted the server's cards, the report every card."""
+    gpu = gpu_records(40.0, cards=2)
+    k0 = gpu[0]["cards"][0]["key"]
+    gpu[0]["server_cards"] = [k0]  # the server runs on one card of two
+    reqs = [request(0, i, 5.0 * i, completion=100) for i in range(1, 5)]
+    man = manifest(duration_s=40.0)
+    d = write_run(tmp_path, man, reqs, gpu=gpu)
+    # a run killed before the collector's summary: energy from the samples, server card only
+    summary = build_summary(d)
+    assert summary["gpu"]["j_per_token"] == pytest.approx(8000.0 / 400)
+    note = _table(make_report(d, charts=False), "gpus").note
+    assert "20 J per output token (400 tokens)" in note
+    assert "on the server's 1 of 2 cards" in note
+    # with the collector's own figure (guarded accumulator), both use it
+    man["collectors"]["gpu"] = {
+        "available": True,
+        "server_cards": [k0],
+        "energy_j": 7000.0,
+        "tokens": 400,
+        "j_per_token": 17.5,
+    }
+    (d / "manifest.json").write_bytes(orjson.dumps(man))
+    summary = build_summary(d)
+    assert summary["gpu"]["j_per_token"] == pytest.approx(17.5)
+    assert "17.5 J per output token" in _table(make_report(d, charts=False), "gpus").note
+
+
+def test_retention_disagreement(tmp_path: Path) -> None:
+    """The live view divided unclamped (110 %); summary and report clamp."""
+    live = Live(1)
+    rec = RequestRecord(
+        user=0, conversation=1, round=2, turn=2, phase="main", t_sched=0.0, t_start=0.0
+    )
+    rec.outcome, rec.prompt_tokens, rec.cached_tokens, rec.reusable_tokens = "ok", 1200, 1100, 1000
+    live.on_send(rec)
+    live.on_record(rec, 1.0)
+    snap = live.snapshot(1.0)
+    assert snap.users[0].last_retention == 1.0
+    assert snap.cache_retention == 1.0
+    reqs = [
+        request(0, 2, 0.0, conv=2000, cached=1100, reusable=1000),
+        request(0, 3, 5.0, conv=2000, cached=200, reusable=1000),
+    ]
+    d = write_run(tmp_path, manifest(users=1, duration_s=20.0), reqs)
+    summary = build_summary(d)
+    assert summary["overall"]["cache_retention"] == pytest.approx(0.6)
+    assert summary["per_user"]["0"]["cache_retention"] == pytest.approx(0.6)
+    per_user = _table(make_report(d, charts=False), "per-user")
+    assert per_user.rows[0][per_user.columns.index("retention")] == "60.0%"
+
+
+def test_kv_pool_disagreement(tmp_path: Path) -> None:
+    """The probe found llama.cpp's pool; the report said the server did not report it."""
+    man = manifest(duration_s=40.0)
+    man["probe"] = {
+        "kind": "llamacpp",
+        "kv_pool_tokens": 524_288,
+        "kv_pool_source": "sum of /slots n_ctx (16 slots)",
+    }
+    man["collectors"]["server"] = {"dialect": "llamacpp", "kv_pool_tokens": None, "restarts": 0}
+    reqs = [
+        request(u, r, 10.0 * r + u, conv=4000 * r, cached=3000 * (r - 1), reusable=4000 * (r - 1))
+        for u in range(2)
+        for r in range(1, 4)
+    ]
+    d = write_run(tmp_path, man, reqs, server=[{"t": 1.0, "up": True, "values": {}}])
+    text = " ".join(capacity_section(load_run(d)).paragraphs)
+    assert "did not report its KV pool" not in text
+    assert "against a KV pool of" in text
+    assert build_summary(d)["server"]["kv_pool_tokens"] == 524_288
+
+
+# ---- one real run, every output ----------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_every_output_shows_the_same_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A simulator run through the real engine: summary.json, the report, ``stress ls``
+    and the live view's last snapshot agree on TTFT p95, retention and output tokens."""
+    import stress.run
+    from stress.run import execute
+    from stress.scenario import load_scenario
+
+    lives: list[Live] = []
+
+    class KeptLive(Live):
+        def __init__(self, n_users: int) -> None:
+            super().__init__(n_users)
+            lives.append(self)
+
+    monkeypatch.setattr(stress.run, "Live", KeptLive)
+    p = tmp_path / "s.yaml"
+    p.write_text(f"""\
+name: one_place
+target: {{url: sim, sim: {{kv_tokens: 6000, time_scale: 20, seed: 3,
+  reply_tokens_min: 16, reply_tokens_max: 40}}}}
+users: {{count: 3, ramp_up: 1s, think_time: {{min: 0.5s, max: 1s}}}}
+duration: 60s
+conversation:
+  cache: per_user
+  ceiling_tokens: 5000
+  turn:
+    paste: {{corpus: {ROOT / "corpora" / "en"}, tokens: [500, 900]}}
+    ask: ["Summarise."]
+request: {{max_tokens: 48}}
+warmup: {{rounds: 1}}
+telemetry: {{interval: 0.5s}}
+slo: {{ttft_p95: 0.001s}}
+""")
+    outcome = await execute(load_scenario(p), tmp_path / "out")
+    d = outcome.run_dir
+    summary = orjson.loads((d / "summary.json").read_bytes())
+    snap: Snapshot = lives[0].snapshot(0.0)
+    overall = summary["overall"]
+    assert summary["warmup_requests"] > 0 and overall["requests"] >= 6
+
+    p95 = overall["ttft_s"]["p95"]
+    assert p95 is not None
+    report = make_report(d, charts=False)
+    assert row_for(d).ttft_p95_s == p95
+    headline = next(r for r in report.headline.rows if r[0].startswith("TTFT"))
+    assert headline[3] == f"{p95:.3g}" or float(headline[3]) == pytest.approx(p95, rel=5e-3)
+    assert f"SLO missed: TTFT p95 {p95:.3g} s" in " ".join(report.verdict.items)
+
+    ret = overall["cache_retention"]
+    assert ret is not None and 0.0 < ret <= 1.0
+    assert snap.cache_retention == pytest.approx(ret)
+    per_user = _table(report, "per-user")
+    col = per_user.columns.index("retention")
+    for row in per_user.rows:
+        assert row[col] == f"{100 * summary['per_user'][row[0]]['cache_retention']:.1f}%"
+    for u in snap.users:
+        assert u.last_retention is None or 0.0 <= u.last_retention <= 1.0
+
+    assert snap.output_tokens == overall["completion_tokens"] > 0
+    assert summary["gpu"] is None or summary["gpu"].get("j_per_token") is None
