@@ -104,7 +104,9 @@ def test_server_killed_and_restarted_mid_run(
     assert per_user == dict.fromkeys(range(users), rounds), [describe(r) for r in recs]
     errors = [r for r in recs if r["outcome"] == "error"]
     assert errors, "no request failed while the server was down"
-    assert {r["error_class"] for r in errors} <= {"connect", "reset"}, [describe(r) for r in errors]
+    # refused while down, cut off by the kill, or HTTP 503 while the new server loads its model
+    allowed = {"connect", "reset", "http_5xx"}
+    assert {r["error_class"] for r in errors} <= allowed, [describe(r) for r in errors]
     # the users came back: each one's last round ended ok on the restarted server
     last = {r["user"]: r for r in recs if r["round"] == rounds}
     assert all(r["outcome"] == "ok" for r in last.values()), [describe(r) for r in last.values()]
