@@ -31,8 +31,8 @@ def report_main(args: argparse.Namespace) -> int:
         report, md, html = build_report(run_dir, files)
     except ImportError as e:
         raise StressError(
-            f"cannot draw the report's charts ({e.name} missing) -- fix: pip install "
-            "'stress[report]' or matplotlib"
+            f"cannot draw the report's charts ({e.name} missing) -- fix: reinstall stress "
+            "(`pip install --force-reinstall stress`): matplotlib is one of its dependencies"
         ) from None
     except OSError as e:
         raise RunDirError(
