@@ -8,6 +8,7 @@ identical runs must come out within noise.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -59,6 +60,12 @@ def sim_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return runs
 
 
+def _overloaded(run_dir: Path) -> bool:
+    """The run warned that the load generator or its machine distorted the timings."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return any(w.get("code") == "client_overloaded" for w in summary.get("warnings", []))
+
+
 def _verdict(rows: list[list[str]], label: str) -> str:
     return next(r for r in rows if r[0].startswith(label))[-1]
 
@@ -102,7 +109,10 @@ def test_compare_identical_runs_is_within_noise(
     c = compare([sim_runs["big"], sim_runs["big_again"]])
     assert "run-to-run noise" in c.notes[0]
     assert _verdict(c.figures.rows, "prefix-cache hit") == "within noise"
-    assert _verdict(c.figures.rows, "TTFT") == "within noise"
+    # TTFT is wall time: on a starved machine (three runs side by side on 2 busy cores) the
+    # two runs can differ for the machine's sake. Then stress must have said so.
+    if _verdict(c.figures.rows, "TTFT") != "within noise":
+        assert any(_overloaded(sim_runs[k]) for k in ("big", "big_again")), c.figures.rows
     assert c.fingerprints.rows == []
     p = argparse.ArgumentParser()
     cli.add_compare_arguments(p)
