@@ -205,7 +205,7 @@ class Engine:
             elif u % START_BATCH == START_BATCH - 1:
                 await asyncio.sleep(0)
             self._tasks.append(asyncio.create_task(self._user(u), name=f"user-{u}"))
-        late = time.perf_counter() - self._ramp_time(n - 1)
+        late = max(0.0, time.perf_counter() - self._ramp_time(n - 1))
         self.recorder.event(
             RunEvent(
                 self.now(),
