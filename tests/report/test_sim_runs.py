@@ -109,10 +109,15 @@ def test_compare_identical_runs_is_within_noise(
     c = compare([sim_runs["big"], sim_runs["big_again"]])
     assert "run-to-run noise" in c.notes[0]
     assert _verdict(c.figures.rows, "prefix-cache hit") == "within noise"
-    # TTFT is wall time: on a starved machine (three runs side by side on 2 busy cores) the
-    # two runs can differ for the machine's sake. Then stress must have said so.
-    if _verdict(c.figures.rows, "TTFT") != "within noise":
-        assert any(_overloaded(sim_runs[k]) for k in ("big", "big_again")), c.figures.rows
+    # TTFT is wall time, and a per-request test between two runs calls identical runs
+    # "significant" at its false-positive rate (a few % of suite runs, more on a starved
+    # machine: three runs side by side on 2 busy cores). So a "significant" TTFT must be a
+    # small difference, or one that stress flagged as distorted by the machine.
+    row = next(r for r in c.figures.rows if r[0].startswith("TTFT"))
+    if row[-1] != "within noise":
+        a, b = (float(cell.split()[0]) for cell in row[1:3])
+        small = abs(a - b) <= 0.25 * max(a, b)
+        assert small or any(_overloaded(sim_runs[k]) for k in ("big", "big_again")), row
     assert c.fingerprints.rows == []
     p = argparse.ArgumentParser()
     cli.add_compare_arguments(p)
