@@ -25,7 +25,6 @@ from stress.report.runfiles import RunFiles, read_run_files, rescale_record
 __all__ = ["build_summary", "health_warnings", "render_summary", "rescale_record", "stats"]
 
 METRICS = ("ttft_s", "ttfc_s", "decode_tok_s", "e2e_s", "queue_s")
-GENERATED = figures.GENERATED
 """Requests that generated text: the population of latency and speed figures. Only ``ok``
 is *answered*: a reply that reasoned and stopped without answer text is not an answer."""
 
@@ -393,7 +392,7 @@ def _steps(records: list[dict[str, Any]]) -> dict[str, Any]:
             "output_tok_s": [],
         }
         for rows in by_pass.values():
-            ok = [r for r in rows if r.get("outcome") in GENERATED]
+            ok = [r for r in rows if r.get("outcome") in figures.GENERATED]
             for key, field in (
                 ("ttft_p50_s", "ttft_s"),
                 ("decode_p50_tok_s", "decode_tok_s"),

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from stress import figures
 from stress.report.fmt import num, pct, tokens
-from stress.report.headline import GENERATED, cached_share
+from stress.report.headline import cached_share
 from stress.report.load import Record, RunData, end_time
 from stress.report.model import Section, Table
 from stress.report.stats import describe
@@ -121,7 +121,7 @@ def _slo_mark(value: float | None, limit: float | None, above_is_bad: bool) -> s
 
 def length_table(run: RunData, slo: Slo) -> tuple[Table, str | None, str | None]:
     """By conversation length; also the first bucket whose TTFT p95 / decode p50 missed."""
-    recs = [r for r in run.main if r.get("outcome") in GENERATED]
+    recs = [r for r in run.main if r.get("outcome") in figures.GENERATED]
     top = max((conv_len(r) for r in recs), default=0.0)
     step = bucket_step(top)
     groups: dict[int, list[Record]] = {}
@@ -161,7 +161,7 @@ def length_table(run: RunData, slo: Slo) -> tuple[Table, str | None, str | None]
 
 
 def concurrency_table(run: RunData, slo: Slo) -> tuple[Table, str | None, str | None]:
-    recs = [r for r in run.main if r.get("outcome") in GENERATED]
+    recs = [r for r in run.main if r.get("outcome") in figures.GENERATED]
     active = in_flight_at_start(run.main)
     by_id = {id(r): a for r, a in zip(run.main, active, strict=True)}
     groups: dict[int, list[Record]] = {}

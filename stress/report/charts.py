@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from stress import figures
 from stress.report.capacity import (
     Slo,
     bucket_step,
@@ -21,11 +22,9 @@ from stress.report.capacity import (
     pool_tokens,
     working_set,
 )
-from stress.report.headline import GENERATED
 from stress.report.load import Record, RunData
 from stress.report.model import Chart
 from stress.report.series import energy_per_token, gpu_series, server_series
-from stress.report.tables import retention
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -73,7 +72,9 @@ def time_unit(run: RunData) -> tuple[float, str]:
 
 
 def by_length(run: RunData, slo: Slo) -> Chart | None:
-    recs = [r for r in run.main if r.get("outcome") in GENERATED and r.get("ttft_s") is not None]
+    recs = [
+        r for r in run.main if r.get("outcome") in figures.GENERATED and r.get("ttft_s") is not None
+    ]
     if not recs:
         return None
     step = bucket_step(max(conv_len(r) for r in recs))
@@ -192,7 +193,7 @@ def retention_per_user(run: RunData) -> Chart | None:
     for r in run.main:  # one pass: thousands of users times their records was minutes
         by_user.setdefault(int(r.get("user") or 0), []).append(r)
     users = sorted(by_user)
-    vals = [retention(by_user[u]) for u in users]
+    vals = [figures.cache_retention(by_user[u]) for u in users]
     if not any(v is not None for v in vals):
         return None
     plt = _plt()

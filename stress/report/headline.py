@@ -18,11 +18,6 @@ from stress.report.load import Record, RunData
 from stress.report.model import Table
 from stress.report.stats import Describe, describe
 
-ANSWERED = figures.ANSWERED
-"""Outcomes that count as answered."""
-GENERATED = figures.GENERATED
-"""Outcomes whose latency and speed figures count (the server generated text)."""
-
 #: (record field, label, unit)
 PER_REQUEST: tuple[tuple[str, str, str], ...] = (
     ("ttft_s", "TTFT", "s"),

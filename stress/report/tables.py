@@ -12,16 +12,10 @@ from typing import TypeVar
 
 from stress import figures
 from stress.report.fmt import mean_sd, num, pct, tokens
-from stress.report.headline import ANSWERED, cached_share, values
+from stress.report.headline import cached_share, values
 from stress.report.load import Record, RunData
 from stress.report.model import Table
 from stress.report.stats import describe
-
-
-def retention(records: list[Record]) -> float | None:
-    """Cache retention, as ``stress.figures.cache_retention`` defines it."""
-    return figures.cache_retention(records)
-
 
 K = TypeVar("K", bound=Hashable)
 
@@ -49,7 +43,7 @@ def per_user(run: RunData) -> Table:
                 num(figures.ttft_p95(g)),
                 mean_sd(describe(values(g, "decode_tok_s"))),
                 pct(cached_share(g)),
-                pct(retention(g)),
+                pct(figures.cache_retention(g)),
                 tokens(max((r.get("conversation_tokens") or 0 for r in g), default=0)),
             ]
         )
@@ -122,7 +116,7 @@ def per_phase(run: RunData) -> Table | None:
                 phase + (" (warm-up, excluded)" if warm else ""),
                 str(users),
                 str(len(g)),
-                str(sum(1 for r in g if r.get("outcome") not in ANSWERED)),
+                str(sum(1 for r in g if r.get("outcome") not in figures.ANSWERED)),
                 mean_sd(describe(values(g, "ttft_s"))),
                 mean_sd(describe(values(g, "decode_tok_s"))),
                 num(out_tok / (t1 - t0)) if t1 > t0 else "-",
