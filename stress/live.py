@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from stress import figures
+from stress.analysis import figures
 from stress.events import RunEvent
 from stress.record import OUTCOMES, RequestRecord
 
@@ -168,10 +168,10 @@ class Snapshot:
     events: tuple[RunEvent, ...]
     collectors: dict[str, dict[str, Any]] = field(default_factory=dict)
     output_tokens: int = 0
-    """Completion tokens of non-warm-up requests (``stress.figures.output_tokens``);
+    """Completion tokens of non-warm-up requests (``stress.analysis.figures.output_tokens``);
     ``completion_tokens`` counts warm-up too (the GPU energy's denominator)."""
     cache_retention: float | None = None
-    """Run-level cache retention of non-warm-up requests (``stress.figures.retention``)."""
+    """Run-level cache retention of non-warm-up requests (``stress.analysis.figures.retention``)."""
 
 
 class Live:

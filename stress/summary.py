@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from stress import figures
+from stress.analysis import figures
+from stress.analysis.runfiles import RunFiles, read_run_files, rescale_record
 from stress.errors import RunDirError
 from stress.record import OUTCOMES
 from stress.recorder import write_json
-from stress.report.runfiles import RunFiles, read_run_files, rescale_record
 
 __all__ = ["build_summary", "health_warnings", "render_summary", "rescale_record", "stats"]
 
@@ -492,7 +492,7 @@ def build_summary(run_dir: Path, files: RunFiles | None = None) -> dict[str, Any
 
 
 def _gpu_section(files: RunFiles) -> dict[str, Any] | None:
-    """The GPU collector's summary, with energy and J/token from ``stress.figures`` (the
+    """The GPU collector's summary, with energy and J/token from ``stress.analysis.figures`` (the
     report shows the same); a run killed before that summary gets them from gpu.jsonl."""
     collected = (files.manifest.get("collectors") or {}).get("gpu")
     samples = [r for r in files.gpu if r.get("type") == "sample"]
@@ -523,10 +523,10 @@ def _by_user(records: list[dict[str, Any]], users: list[int]) -> dict[int, list[
 
 
 def _verdict(run_dir: Path, files: RunFiles) -> dict[str, Any]:
-    """The report's verdict, decided once by ``stress.report.verdict.make_verdict`` and
+    """The report's verdict, decided once by ``stress.analysis.judge.make_verdict`` and
     stored here, so summary.json, the terminal, the report and ``stress ls`` agree."""
-    from stress.report.load import load_run
-    from stress.report.verdict import make_verdict
+    from stress.analysis.judge import make_verdict
+    from stress.analysis.rundata import load_run
 
     v = make_verdict(load_run(run_dir, files=files))
     return {"status": v.status, "summary": v.summary, "items": v.items, "warnings": v.warnings}

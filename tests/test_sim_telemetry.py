@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from stress.report.runfiles import read_jsonl_counted
+from stress.analysis.runfiles import read_jsonl_counted
 from stress.run import execute
 from stress.scenario import load_scenario
 

@@ -19,7 +19,7 @@ __all__ = ["Report", "build_report", "make_report"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy, so ``stress.summary`` can use ``stress.report.runfiles`` without loading the
+    # Lazy: importing one submodule (the CLI entry points) does not load the
     # whole report (which itself uses the summary's warnings).
     if name in __all__:
         from stress.report import build

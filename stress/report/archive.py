@@ -16,12 +16,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from stress import figures
+from stress.analysis import figures
+from stress.analysis.judge import make_verdict
+from stress.analysis.rundata import load_run
 from stress.errors import RunDirError, StressError
 from stress.report.fmt import num, pct
 from stress.report.headline import aggregate_tok_s, cached_share
-from stress.report.load import load_run
-from stress.report.verdict import make_verdict
 
 
 @dataclass(slots=True)

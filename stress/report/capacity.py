@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from stress import figures
+from stress.analysis import figures
+from stress.analysis.rundata import Record, RunData, end_time
+from stress.analysis.stats import describe
 from stress.report.fmt import num, pct, tokens
 from stress.report.headline import cached_share
-from stress.report.load import Record, RunData, end_time
 from stress.report.model import Section, Table
-from stress.report.stats import describe
 
 FloatArray = npt.NDArray[np.float64]
 RETENTION_FLOOR = 0.9
@@ -105,7 +105,7 @@ def working_set_at(series: tuple[FloatArray, FloatArray], t: FloatArray) -> Floa
 
 
 def pool_tokens(run: RunData) -> float | None:
-    """The KV pool as ``stress.figures.kv_pool_tokens`` finds it (llama.cpp: the probe's)."""
+    """The KV pool as ``figures.kv_pool_tokens`` finds it (llama.cpp: the probe's)."""
     probe = run.manifest.get("probe")
     return figures.kv_pool_tokens(
         run.server, run.collector("server"), probe if isinstance(probe, dict) else None

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stress import figures
+from stress.analysis import figures
+from stress.analysis.rundata import Record, RunData
 from stress.report.capacity import (
     Slo,
     bucket_step,
@@ -22,7 +23,6 @@ from stress.report.capacity import (
     pool_tokens,
     working_set,
 )
-from stress.report.load import Record, RunData
 from stress.report.model import Chart
 from stress.report.series import energy_per_token, gpu_series, server_series
 

@@ -20,8 +20,8 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def report_main(args: argparse.Namespace) -> int:
+    from stress.analysis.runfiles import read_run_files
     from stress.report.build import build_report, terminal_headline
-    from stress.report.runfiles import read_run_files
     from stress.summary import build_summary
 
     run_dir = Path(args.run_dir)

@@ -15,12 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from stress.report.fingerprint import diff, fingerprint, group_key, server_unchanged
-from stress.report.fmt import num, pct
-from stress.report.headline import PER_REQUEST, aggregate_tok_s, cache_pairs, values
-from stress.report.load import RunData, load_run
-from stress.report.model import Table
-from stress.report.stats import (
+from stress.analysis.rundata import RunData, load_run
+from stress.analysis.stats import (
     BOOTSTRAP_RESAMPLES,
     Difference,
     bootstrap_mean_diff,
@@ -28,6 +24,10 @@ from stress.report.stats import (
     describe,
     welch,
 )
+from stress.report.fingerprint import diff, fingerprint, group_key, server_unchanged
+from stress.report.fmt import num, pct
+from stress.report.headline import PER_REQUEST, aggregate_tok_s, cache_pairs, values
+from stress.report.model import Table
 
 
 @dataclass(slots=True)

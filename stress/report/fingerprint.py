@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stress.report.load import RunData
+from stress.analysis.rundata import RunData
 
 #: What the pre-flight probe learnt from the server itself (never its URL or port).
 PROBE_KEYS = (

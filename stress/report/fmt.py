@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stress.report.stats import Describe
+from stress.analysis.stats import Describe
 
 
 def num(v: float | int | None, digits: int = 3) -> str:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from stress import figures
+from stress.analysis import figures
+from stress.analysis.rundata import Record, RunData
+from stress.analysis.stats import Describe, describe
 from stress.report.fmt import mean_sd, num
-from stress.report.load import Record, RunData
 from stress.report.model import Table
-from stress.report.stats import Describe, describe
 
 #: (record field, label, unit)
 PER_REQUEST: tuple[tuple[str, str, str], ...] = (

@@ -2,7 +2,7 @@
 
 Hit rate comes from counter deltas over a window (DESIGN: never a single-scrape gauge);
 energy per token from the increments of the server cards' guarded energy accumulators
-against tokens generated (the run's total: ``stress.figures.energy_j``).
+against tokens generated (the run's total: ``stress.analysis.figures.energy_j``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from stress import figures
-from stress.report.load import RunData
+from stress.analysis import figures
+from stress.analysis.rundata import RunData
 
 FloatArray = npt.NDArray[np.float64]
 THROTTLING = frozenset(
@@ -131,6 +131,6 @@ def energy_per_token(run: RunData, cards: list[CardSeries]) -> tuple[FloatArray,
 
 
 def total_energy_j(run: RunData) -> float | None:
-    """The run's GPU energy over the server's cards, as ``stress.figures.energy_j``
+    """The run's GPU energy over the server's cards, as ``stress.analysis.figures.energy_j``
     defines it (the GPU collector's own figure)."""
     return figures.energy_j(run.collector("gpu") or None, run.gpu_samples, run.server_cards)

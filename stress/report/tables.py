@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import TypeVar
 
-from stress import figures
+from stress.analysis import figures
+from stress.analysis.rundata import Record, RunData
+from stress.analysis.stats import describe
 from stress.report.fmt import mean_sd, num, pct, tokens
 from stress.report.headline import cached_share, values
-from stress.report.load import Record, RunData
 from stress.report.model import Table
-from stress.report.stats import describe
 
 K = TypeVar("K", bound=Hashable)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from stress.analysis.rundata import load_run
 from stress.report.capacity import (
     Slo,
     capacity_section,
@@ -15,7 +16,6 @@ from stress.report.capacity import (
     working_set,
     working_set_at,
 )
-from stress.report.load import load_run
 from tests.report.synth import manifest, request, write_run
 
 

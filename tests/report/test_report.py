@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from stress.analysis.rundata import load_run
 from stress.report.build import build_report, make_report, terminal_headline
-from stress.report.load import load_run
 from tests.report.synth import (
     gpu_records,
     manifest,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stress.report.stats import (
+from stress.analysis.stats import (
     bootstrap_mean_diff,
     bootstrap_ratio_diff,
     describe,

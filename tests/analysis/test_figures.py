@@ -1,7 +1,7 @@
 """One place per figure (issue 13, item 2): summary.json, the report, ``stress ls`` and the
 live view show the same TTFT p95, cache retention, output tokens, J/token and KV pool.
 
-Each ``test_*_disagreement`` test failed before ``stress.figures`` existed; the last one
+Each ``test_*_disagreement`` test failed before ``stress.analysis.figures`` existed; the last one
 builds a real simulator run and reads the figures from every output."""
 
 from __future__ import annotations
@@ -11,18 +11,18 @@ from pathlib import Path
 import orjson
 import pytest
 
-from stress import figures
+from stress.analysis import figures
+from stress.analysis.rundata import load_run
 from stress.live import Live, Snapshot
 from stress.record import RequestRecord
 from stress.report.archive import row_for
 from stress.report.build import Report, make_report
 from stress.report.capacity import capacity_section
-from stress.report.load import load_run
 from stress.report.model import Table
 from stress.summary import build_summary
 from tests.report.synth import gpu_records, manifest, request, write_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _table(report: Report, table_id: str) -> Table:

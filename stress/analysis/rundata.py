@@ -5,7 +5,7 @@ they are read here once. Memory grows with the number of requests and telemetry 
 never with stream chunks: ``requests.jsonl`` has one line per request. Files a run does not
 have (no GPU telemetry, no server metrics, a run killed before its summary) are simply
 empty here; every consumer copes with that. The files are read and checked by
-:mod:`stress.report.runfiles`, the same reader ``summary.json`` uses: lines that cannot be
+:mod:`stress.analysis.runfiles`, the same reader ``summary.json`` uses: lines that cannot be
 read and impossible values are counted there, never silently dropped.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stress.report.runfiles import Accounting, Quality, RunFiles, read_run_files
-from stress.report.runfiles import end_time as end_time
+from stress.analysis.runfiles import Accounting, Quality, RunFiles, read_run_files
+from stress.analysis.runfiles import end_time as end_time
 
 Record = dict[str, Any]
 

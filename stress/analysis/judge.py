@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from stress import figures
+from stress.analysis import figures
+from stress.analysis.rundata import RunData
+from stress.analysis.stats import describe
 from stress.report.fmt import num
-from stress.report.load import RunData
 from stress.report.model import Status, Verdict
-from stress.report.stats import describe
 from stress.summary import FAIL_CODES, accounting_text, health_warnings, warnings_for
 
 HW_KINDS = ("xid", "aer", "ecc", "ecc_dbe", "ecc_uncorrected", "gpu_lost", "gpu_unavailable")
