@@ -5,7 +5,7 @@ hangs and preemption storms; a restart counter alone misses a hang. So the verdi
 each of those separately, with the diagnosis where the record carries one, and the summary's
 loud warnings. It is decided on all requests, warm-up included: a failure is a failure.
 A run that did nothing, lost users or lost records is never a PASS: the summary's health
-checks (``stress.summary.health_warnings``) decide that, here and in ``summary.json`` alike.
+checks (``stress.analysis.checks``) decide that, here and in ``summary.json`` alike.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections import Counter
 from typing import Any
 
 from stress.analysis import figures
+from stress.analysis.checks import FAIL_CODES, accounting_text, health_warnings, warnings_for
 from stress.analysis.rundata import RunData
 from stress.analysis.stats import describe
 from stress.report.fmt import num
 from stress.report.model import Status, Verdict
-from stress.summary import FAIL_CODES, accounting_text, health_warnings, warnings_for
 
 HW_KINDS = ("xid", "aer", "ecc", "ecc_dbe", "ecc_uncorrected", "gpu_lost", "gpu_unavailable")
 
