@@ -17,7 +17,7 @@ from stress.analysis import figures
 from stress.analysis.checks import FAIL_CODES, accounting_text, health_warnings, warnings_for
 from stress.analysis.rundata import RunData
 from stress.analysis.stats import describe
-from stress.report.fmt import num
+from stress.fmt import num
 from stress.report.model import Status, Verdict
 
 HW_KINDS = ("xid", "aer", "ecc", "ecc_dbe", "ecc_uncorrected", "gpu_lost", "gpu_unavailable")

@@ -20,7 +20,7 @@ from stress.analysis import figures
 from stress.analysis.judge import make_verdict
 from stress.analysis.rundata import load_run
 from stress.errors import RunDirError, StressError
-from stress.report.fmt import num, pct
+from stress.fmt import num, pct
 from stress.report.headline import aggregate_tok_s, cached_share
 
 

@@ -15,9 +15,9 @@ from stress.analysis import figures
 from stress.analysis.judge import make_verdict
 from stress.analysis.rundata import RunData, load_run
 from stress.analysis.runfiles import RunFiles
+from stress.fmt import num, pct
 from stress.report.capacity import capacity_section
 from stress.report.fingerprint import fingerprint
-from stress.report.fmt import num, pct
 from stress.report.headline import DEFINITIONS, headline_table
 from stress.report.model import Chart, Section, Table, Verdict
 from stress.report.series import gpu_series, total_energy_j

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from stress.analysis import figures
 from stress.analysis.rundata import Record, RunData, end_time
 from stress.analysis.stats import describe
-from stress.report.fmt import num, pct, tokens
+from stress.fmt import num, pct, tokens
 from stress.report.headline import cached_share
 from stress.report.model import Section, Table
 

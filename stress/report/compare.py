@@ -24,8 +24,8 @@ from stress.analysis.stats import (
     describe,
     welch,
 )
+from stress.fmt import num, pct
 from stress.report.fingerprint import diff, fingerprint, group_key, server_unchanged
-from stress.report.fmt import num, pct
 from stress.report.headline import PER_REQUEST, aggregate_tok_s, cache_pairs, values
 from stress.report.model import Table
 

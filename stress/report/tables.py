@@ -13,7 +13,7 @@ from typing import TypeVar
 from stress.analysis import figures
 from stress.analysis.rundata import Record, RunData
 from stress.analysis.stats import describe
-from stress.report.fmt import mean_sd, num, pct, tokens
+from stress.fmt import mean_sd, num, pct, tokens
 from stress.report.headline import cached_share, values
 from stress.report.model import Table
 
