@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar
 
 from stress import __version__
+from stress.analysis.limits import EXIT_VERDICT_FAIL, FAIL_ON, exit_code
 from stress.durations import parse_duration
 from stress.errors import RunDirError, ScenarioError, StressError
 from stress.secrets import REDACTOR
@@ -124,7 +125,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = run_async(
         execute(loaded, Path(args.out), progress_interval=args.progress_interval, ui=ui)
     )
-    return 0 if outcome.exit_reason != "crashed" else 1
+    if outcome.exit_reason == "crashed":
+        return 1
+    status = (outcome.summary.get("verdict") or {}).get("status")
+    if not status:  # summary.json could not be built: said on screen, nothing to judge
+        return 1
+    return exit_code(str(status), args.fail_on)
 
 
 def _optional(sub: argparse._SubParsersAction[_Parser], name: str, module: str, help_: str) -> None:
@@ -163,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_duration_arg,
         default=None,
         help="seconds between headless status lines",
+    )
+    p.add_argument(
+        "--fail-on",
+        choices=FAIL_ON,
+        default="fail",
+        help=f"exit {EXIT_VERDICT_FAIL} when the verdict is FAIL (default), WARN or FAIL "
+        "(warn), or never",
     )
     _corpus_root_arg(p)
     p.set_defaults(func=cmd_run)

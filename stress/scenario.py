@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from stress.analysis.limits import DEFAULT_ERROR_RATE
 from stress.durations import parse_duration
 from stress.errors import CorpusError, Problem, ScenarioError
 from stress.yamlpos import Located, load_located
@@ -322,7 +323,12 @@ class Telemetry(_Model):
 
 class Slo(_Model):
     ttft_p95: PositiveDuration | None = None
+    """TTFT p95 limit (s). Missed: WARN up to 2x, FAIL beyond (stress.analysis.judge)."""
     decode_tok_s_p50: Float | None = Field(default=None, gt=0, le=1e9)
+    """Decode speed p50 floor (tok/s), graded like ttft_p95."""
+    error_rate: Float = Field(default=DEFAULT_ERROR_RATE, ge=0, le=1)
+    """Share of requests that may fail (cancelled ones aside) before the run is a FAIL;
+    fewer failures are a WARN."""
 
 
 class Connection(_Model):

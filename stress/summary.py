@@ -29,6 +29,7 @@ METRICS = ("ttft_s", "ttfc_s", "decode_tok_s", "e2e_s", "queue_s")
 """Requests that generated text: the population of latency and speed figures. Only ``ok``
 is *answered*: a reply that reasoned and stopped without answer text is not an answer."""
 
+
 def stats(values: list[float]) -> dict[str, float | int | None]:
     if not values:
         return {
@@ -271,8 +272,7 @@ def _verdict(run_dir: Path, files: RunFiles) -> dict[str, Any]:
     from stress.analysis.judge import make_verdict
     from stress.analysis.rundata import load_run
 
-    v = make_verdict(load_run(run_dir, files=files))
-    return {"status": v.status, "summary": v.summary, "items": v.items, "warnings": v.warnings}
+    return make_verdict(load_run(run_dir, files=files)).as_dict()
 
 
 def _fmt(v: float | int | None, unit: str = "") -> str:

@@ -19,6 +19,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from stress.analysis.limits import EXIT_VERDICT_FAIL
 from stress.record import RequestRecord
 from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
 
@@ -107,6 +108,8 @@ def test_quickstart_scenario_runs_against_the_simulator(tmp_path: Path) -> None:
             str(out),
             "--progress-interval",
             "2s",
+            "--fail-on",
+            "never",  # 6 s is all warm-up: FAIL (no requests) is the right verdict here
         ),
         capture_output=True,
         text=True,
@@ -281,7 +284,7 @@ async def test_api_key_from_environment_never_reaches_files_or_output(tmp_path: 
             env=env(MY_KEY=SECRET),
         )
         stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode == 0, stderr
+    assert proc.returncode == EXIT_VERDICT_FAIL, stderr  # half the requests failed: FAIL
     assert server.requests, "the server saw no request"
     d = run_dir(tmp_path / "out")
     recs = records(d)
@@ -427,7 +430,7 @@ async def test_echoed_key_and_url_credentials_never_leak(tmp_path: Path) -> None
             env=env(MY_KEY=WEIRD_KEY),
         )
         stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode == 0, stderr
+    assert proc.returncode == EXIT_VERDICT_FAIL, stderr  # half the requests failed: FAIL
     assert server.headers_seen[0]["Authorization"] == f"Bearer {WEIRD_KEY}"
     d = run_dir(tmp_path / "out")
     assert any(r["error_class"] == "http_5xx" for r in records(d))
@@ -591,3 +594,62 @@ def test_unexpected_errors_reading_a_run_are_exit_1_with_the_path(
         assert main(["report", str(tmp_path)]) == 1
         err = capsys.readouterr().err
         assert str(tmp_path) in err and says in err and len(err.strip().splitlines()) == 1
+
+
+# --- issue 13: the exit code follows the verdict, graded by one judge ---
+
+VERDICT_SCENARIO = """\
+name: verdict_exit
+target: {{url: sim, sim: {{time_scale: 20}}}}
+users: {{count: 8, ramp_up: 0.2s, think_time: {{min: 0.1s, max: 0.2s}}}}
+rounds: 3
+warmup: {{rounds: 0}}
+conversation:
+  ceiling_tokens: 3000
+  turn:
+    paste: {{corpus: {corpus}, tokens: [200, 400]}}
+    ask: ["Summarise this."]
+request: {{max_tokens: 20}}
+slo: {{ttft_p95: {ttft}}}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("ttft", "fail_on", "status", "code"),
+    [
+        ("60s", "fail", "PASS", 0),
+        ("60s", "warn", "PASS", 0),
+        ("0.001s", "fail", "FAIL", EXIT_VERDICT_FAIL),  # missed by far more than 2x
+        ("0.001s", "warn", "FAIL", EXIT_VERDICT_FAIL),
+        ("0.001s", "never", "FAIL", 0),
+    ],
+)
+def test_exit_code_follows_the_verdict(
+    tmp_path: Path, ttft: str, fail_on: str, status: str, code: int
+) -> None:
+    """0 for PASS and WARN, EXIT_VERDICT_FAIL for FAIL; ``--fail-on`` moves the gate. The
+    real CLI against the simulator, judged from summary.json as every output is."""
+    path = tmp_path / "s.yaml"
+    path.write_text(VERDICT_SCENARIO.format(corpus=ROOT / "corpora" / "en", ttft=ttft))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        cli("run", str(path), "--out", str(out), "--no-tui", "--fail-on", fail_on),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env(),
+    )
+    summary = orjson.loads((run_dir(out) / "summary.json").read_bytes())
+    verdict = summary["verdict"]
+    assert verdict["status"] == status, verdict["findings"]
+    assert proc.returncode == code, proc.stderr
+    assert f"verdict: {status}" in proc.stdout
+    if status == "FAIL":
+        (check,) = verdict["slo"]
+        assert check["status"] == "MISSED" and check["factor"] > 2 and check["n"] >= 20
+        assert verdict["findings"][0] == {
+            "level": "FAIL",
+            "code": "slo",
+            "short": f"TTFT p95 x{check['factor']:.3g} SLO",
+        }

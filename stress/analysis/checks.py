@@ -26,6 +26,14 @@ FAIL_CODES = frozenset(
     }
 )
 """Warnings that make the verdict FAIL: the run measured nothing, or lost part of itself."""
+NOTE_CODES = frozenset({"reconnects", "token_estimate"})
+"""Checks that inform without grading: a pooled connection the server closed and that was
+re-sent (recorded truthfully), token budgets from an estimate. Every other check is a WARN."""
+
+
+def level_of(code: str) -> str:
+    """How a check grades the run: "FAIL", "WARN" or "NOTE" (no effect on the grade)."""
+    return "FAIL" if code in FAIL_CODES else ("NOTE" if code in NOTE_CODES else "WARN")
 
 
 def warnings_for(records: list[dict[str, Any]], manifest: dict[str, Any]) -> list[dict[str, str]]:

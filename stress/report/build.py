@@ -12,14 +12,14 @@ from pathlib import Path
 import numpy as np
 
 from stress.analysis import figures
-from stress.analysis.judge import make_verdict
+from stress.analysis.judge import Verdict, make_verdict
 from stress.analysis.rundata import RunData, load_run
 from stress.analysis.runfiles import RunFiles
 from stress.fmt import num, pct
 from stress.report.capacity import capacity_section
 from stress.report.fingerprint import fingerprint
 from stress.report.headline import DEFINITIONS, headline_table
-from stress.report.model import Chart, Section, Table, Verdict
+from stress.report.model import Chart, Section, Table
 from stress.report.series import gpu_series, total_energy_j
 from stress.report.tables import per_phase, per_round, per_user
 

@@ -7,9 +7,6 @@ strings so the two renderers cannot disagree about a number.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
-
-Status = Literal["PASS", "WARN", "FAIL"]
 
 
 @dataclass(slots=True)
@@ -36,12 +33,3 @@ class Section:
     paragraphs: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     charts: list[Chart] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class Verdict:
-    status: Status
-    summary: str
-    items: list[str]
-    """One line each: requests, errors, empty replies, stalls/hangs/restarts, hardware."""
-    warnings: list[str]

@@ -95,7 +95,9 @@ def test_ttft_p95_disagreement(tmp_path: Path) -> None:
     assert p95 == pytest.approx(19.05)
     headline = next(r for r in report.headline.rows if r[0].startswith("TTFT"))
     assert headline[3] == "19.1"
-    assert f"SLO missed: TTFT p95 {p95:.3g} s > 10 s." in report.verdict.items
+    check = report.verdict.slo[0]
+    assert check.value == p95 and check.status == "MISSED"
+    assert any(i.startswith(f"SLO: TTFT p95 {p95:.3g} s [") for i in report.verdict.items)
     assert row_for(d).ttft_p95_s == p95
 
 

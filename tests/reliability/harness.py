@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 
+from stress.analysis.limits import EXIT_VERDICT_FAIL
+
 ROOT = Path(__file__).resolve().parents[2]
 MARGIN_S = 90.0
 """Start-up, pre-flight and the report at the end, on a loaded machine. Only a bound: no
@@ -342,10 +344,13 @@ def assert_honest_verdict(result: RunResult) -> None:
         assert verdict_status(result.dir) != "PASS", f"PASS despite {bad or 'no requests'}"
 
 
-def assert_sound_run(result: RunResult, *, exit_code: int = 0) -> None:
-    """What every run must show, whatever the server did: the promised exit code, no
+def assert_sound_run(result: RunResult, *, exit_code: int | None = None) -> None:
+    """What every run must show, whatever the server did: the promised exit code (by
+    default the verdict's: 0 for PASS and WARN, ``EXIT_VERDICT_FAIL`` for FAIL), no
     traceback, valid files, truthful records, no crashed user."""
     assert_no_traceback(result)
+    if exit_code is None:
+        exit_code = EXIT_VERDICT_FAIL if verdict_status(result.dir) == "FAIL" else 0
     assert result.rc == exit_code, (
         f"exit {result.rc}, expected {exit_code}; stderr: {result.stderr[-800:]}"
     )

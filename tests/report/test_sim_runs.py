@@ -39,6 +39,8 @@ def sim_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                     "--out",
                     str(out / name),
                     "--no-tui",
+                    "--fail-on",
+                    "never",  # the small pool misses its SLO by design: a FAIL verdict
                 ],
                 cwd=REPO,
                 stdout=subprocess.PIPE,
