@@ -27,7 +27,14 @@ import pytest
 from aiohttp import web
 
 from stress import probe_cli
-from stress.probe import ProbeResult, check_scenario, probe, redact, render_probe
+from stress.probe import (
+    ProbeResult,
+    check_scenario,
+    check_users,
+    probe,
+    redact,
+    render_probe,
+)
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -183,6 +190,19 @@ async def test_llamacpp_8192_slots_warn_for_a_50k_ceiling() -> None:
     screen = render_probe(r, warnings)
     assert "llama.cpp" in screen and "8,192" in screen and "WARNING" in screen
     assert len(screen.splitlines()) < 25
+
+
+async def test_more_users_than_llamacpp_slots_warns() -> None:
+    async with serve(llamacpp_routes()) as (url, _), aiohttp.ClientSession() as s:
+        r = await probe(s, url, {})
+    [w] = check_users(r, 24)
+    assert w.startswith("24 users on 16 llama.cpp slots")
+    assert "hit rate" in w and "waiting for a slot" in w
+    assert "--parallel 24 and -c 196,608" in w and "at most 16 users" in w  # 24 x 8,192
+    assert check_users(r, 16) == []
+    # vLLM / SGLang share one pool: their max_running_requests is not a per-user slot
+    assert check_users(r.model_copy(update={"kind": "vllm"}), 24) == []
+    assert check_users(r.model_copy(update={"slots": None}), 24) == []
 
 
 async def test_llamacpp_metrics_disabled_gives_the_flag() -> None:
@@ -430,6 +450,27 @@ def test_static_http_server_is_not_openai_compatible(tmp_path: Path) -> None:
     assert "HTTP 404 (text/html, " in err and " bytes)" in err
     assert "<" not in err and "Error response" not in err  # the HTML page is not quoted
     assert "OpenAI-compatible " not in probed.stdout
+
+
+@SUBPROCESS
+def test_run_warns_before_the_first_request_when_users_exceed_slots(tmp_path: Path) -> None:
+    """``stress run`` on the simulator's llama.cpp with 2 slots and 3 users: the pre-flight
+    warning is in the manifest and in events.jsonl."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: slots\ntarget:\n  url: sim\n  sim: {dialect: llamacpp, max_seqs: 2, "
+        "kv_tokens: 16384, time_scale: 20}\nusers: {count: 3}\nduration: 2s\n"
+        'conversation:\n  turn:\n    ask: [hi]\ntelemetry: {gpus: "off"}\n'
+    )
+    ran = stress_cli("run", str(scenario), "--no-tui", "--out", str(tmp_path))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    [run_dir] = [d for d in tmp_path.iterdir() if d.is_dir()]
+    manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
+    assert manifest["probe"]["slots"] == 2
+    want = "3 users on 2 llama.cpp slots"
+    assert any(w.startswith(want) for w in manifest["probe_warnings"]), manifest["probe_warnings"]
+    events = [orjson.loads(line) for line in (run_dir / "events.jsonl").read_bytes().splitlines()]
+    assert any(e["kind"] == "preflight" and e["message"].startswith(want) for e in events)
 
 
 @SUBPROCESS

@@ -18,7 +18,11 @@ counters (monotonic, turned into deltas by :class:`CounterTracker`)
     ``prefix_queries`` / ``prefix_hits`` (tokens), ``preemptions`` (vLLM preemptions,
     SGLang retractions), ``spec_drafts``, ``spec_draft_tokens``, ``spec_accepted_tokens``,
     ``requests_finished``, ``progress`` (a counter that moves whenever the engine does
-    work, even mid-request: only used to tell a hang from a long request)
+    work, even mid-request: only used to tell a hang from a long request),
+    ``queue_time_s`` / ``queue_time_n`` and ``prefill_time_s`` / ``prefill_time_n`` (the
+    ``_sum`` and ``_count`` of the server's per-request queue-time and prefill-time
+    histograms: seconds and requests, so a window's mean is a ratio of two deltas; vLLM
+    has both, SGLang the queue time only, llama.cpp neither)
 gauges
     ``running``, ``waiting``, ``kv_usage`` (0..1), ``kv_pool_tokens``, ``kv_used_tokens``,
     ``spec_accept_rate`` (SGLang gauge), ``spec_accept_length``, ``batch_hit_rate``
@@ -54,6 +58,10 @@ COUNTERS: frozenset[str] = frozenset(
         "spec_accepted_tokens",
         "requests_finished",
         "progress",
+        "queue_time_s",
+        "queue_time_n",
+        "prefill_time_s",
+        "prefill_time_n",
     }
 )
 GAUGES: frozenset[str] = frozenset(
@@ -171,6 +179,11 @@ _VLLM: dict[str, tuple[Alt, ...]] = {
     "requests_finished": ((_s("vllm:request_success_total"),),),
     # Updated every engine step (iteration stats), so it moves during long requests.
     "progress": ((_s("vllm:generation_tokens_total"), _s("vllm:prompt_tokens_total")),),
+    # Histograms (TELEMETRY.md 1): time in the waiting queue, then in prefill, per request.
+    "queue_time_s": ((_s("vllm:request_queue_time_seconds_sum"),),),
+    "queue_time_n": ((_s("vllm:request_queue_time_seconds_count"),),),
+    "prefill_time_s": ((_s("vllm:request_prefill_time_seconds_sum"),),),
+    "prefill_time_n": ((_s("vllm:request_prefill_time_seconds_count"),),),
     "running": ((_s("vllm:num_requests_running"),),),
     "waiting": ((_s("vllm:num_requests_waiting"),),),
     "kv_usage": (
@@ -202,6 +215,9 @@ _SGLANG: dict[str, tuple[Alt, ...]] = {
         (_s("sglang:realtime_tokens_total"),),
         (_s("sglang:generation_tokens_total"), _s("sglang:prompt_tokens_total")),
     ),
+    # Histogram (TELEMETRY.md 2); SGLang exposes no per-request prefill-time histogram.
+    "queue_time_s": ((_s("sglang:queue_time_seconds_sum"),),),
+    "queue_time_n": ((_s("sglang:queue_time_seconds_count"),),),
     "running": ((_s("sglang:num_running_reqs"),),),
     "waiting": ((_s("sglang:num_queue_reqs"),),),
     "kv_usage": ((_s("sglang:token_usage", "mean"),),),

@@ -69,6 +69,10 @@ class Scrape:
     metrics_error: str | None
     slots: list[dict[str, Any]] | None
     scrape_ms: float
+    slots_asked: bool = False
+    """/slots was requested this tick (llama.cpp, while the endpoint is enabled)."""
+    slots_error: str | None = None
+    """Why the /slots request failed (None: it answered, or was not asked)."""
 
 
 def describe_error(exc: BaseException) -> str:
@@ -209,6 +213,8 @@ class ServerCollector(Collector):
         self._restarts = 0
         self._scrapes = 0
         self._scrape_errors = 0
+        self._slots_requests = 0
+        self._slots_errors = 0
         self._late_ticks = 0
         self._error_keys: set[str] = set()
         self._metrics_seen = False
@@ -284,12 +290,19 @@ class ServerCollector(Collector):
         else:
             metrics_error = f"/metrics {mhttp.error}"
         slots: list[dict[str, Any]] | None = None
+        slots_error: str | None = None
         if want_slots:
             shttp = results[2]
             if shttp.ok:
                 slots = _parse_slots(shttp.body)
+                if slots is None:
+                    slots_error = "/slots answered something other than a list of slots"
             elif shttp.status in (404, 501):
                 self._slots_enabled = False  # disabled (--no-slots); stop asking
+            elif shttp.status is not None:
+                slots_error = f"/slots HTTP {shttp.status}"
+            else:
+                slots_error = f"/slots {shttp.error}"
         return Scrape(
             t=t,
             health=health,
@@ -298,6 +311,8 @@ class ServerCollector(Collector):
             metrics_error=metrics_error,
             slots=slots,
             scrape_ms=(time.perf_counter() - t0) * 1000.0,
+            slots_asked=want_slots,
+            slots_error=slots_error,
         )
 
     # --- processing ---------------------------------------------------------------
@@ -319,6 +334,11 @@ class ServerCollector(Collector):
             self._scrape_errors += 1
             record["error"] = s.metrics_error
             self._note_metrics_problem(s)
+        if s.slots_asked:
+            self._slots_requests += 1
+        if s.slots_error:
+            self._slots_errors += 1
+            record["slots_error"] = s.slots_error
 
         values: dict[str, float] = {}
         if s.metrics is not None:
@@ -589,6 +609,8 @@ class ServerCollector(Collector):
             "metrics_available": self._metrics_seen,
             "scrapes": self._scrapes,
             "scrape_errors": self._scrape_errors,
+            "slots_requests": self._slots_requests,
+            "slots_errors": self._slots_errors,
             "late_ticks": self._late_ticks,
             "restarts": self._restarts,
             "down_events": self._down_events,
@@ -607,6 +629,8 @@ class ServerCollector(Collector):
             else None,
             "prompt_tokens": totals.get("prompt_tokens"),
             "gen_tokens": totals.get("gen_tokens"),
+            "queue_time_s_mean": _mean(totals, "queue_time"),
+            "prefill_time_s_mean": _mean(totals, "prefill_time"),
             "spec_accept": _ratio(acc, draft) if acc is not None and draft is not None else None,
             "kv_usage_mean": (self._kv_sum / self._kv_n) if self._kv_n else None,
             "kv_usage_max": self._kv_max,
@@ -633,6 +657,13 @@ class ServerCollector(Collector):
                 data=data or {},
             )
         )
+
+
+def _mean(totals: dict[str, float], histogram: str) -> float | None:
+    """A histogram's mean over the run (seconds per request) from its ``_s`` and ``_n``
+    counter totals; None when the server does not expose it or observed nothing."""
+    total, n = totals.get(f"{histogram}_s"), totals.get(f"{histogram}_n")
+    return total / n if total is not None and n else None
 
 
 def _rate(deltas: dict[str, float], key: str, dt: float) -> float | None:

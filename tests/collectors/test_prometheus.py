@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from stress.collectors.prometheus import (
+    COUNTERS,
     CounterTracker,
     MetricsParseError,
     canonical,
@@ -156,6 +157,33 @@ sglang:realtime_tokens_total{mode="prefill_cache",tp_rank="0"} 77
 """
     v = canonical(parse_metrics(text), "sglang")
     assert v["prefix_hits"] == 0 and v["prefix_queries"] == 300
+
+
+def test_vllm_queue_and_prefill_histograms_are_sum_and_count_counters() -> None:
+    v = canonical(parse_metrics(VLLM.read_text()), "vllm")
+    assert v["queue_time_s"] == pytest.approx(9.216600028594257e-05)
+    assert v["queue_time_n"] == 2
+    assert v["prefill_time_s"] == pytest.approx(0.963525448999917)
+    assert v["prefill_time_n"] == 2
+    assert {"queue_time_s", "queue_time_n", "prefill_time_s", "prefill_time_n"} <= COUNTERS
+
+
+def test_sglang_queue_histogram_without_prefill_time() -> None:
+    text = """
+# TYPE sglang:queue_time_seconds histogram
+sglang:queue_time_seconds_bucket{le="1.0",model_name="m"} 3
+sglang:queue_time_seconds_bucket{le="+Inf",model_name="m"} 4
+sglang:queue_time_seconds_sum{model_name="m"} 6.5
+sglang:queue_time_seconds_count{model_name="m"} 4
+"""
+    v = canonical(parse_metrics(text), "sglang")
+    assert (v["queue_time_s"], v["queue_time_n"]) == (6.5, 4)
+    assert "prefill_time_s" not in v  # SGLang has no per-request prefill histogram
+
+
+def test_llamacpp_has_no_queue_or_prefill_histograms() -> None:
+    v = canonical(parse_metrics(LLAMA.read_text()), "llamacpp")
+    assert not {"queue_time_s", "queue_time_n", "prefill_time_s", "prefill_time_n"} & set(v)
 
 
 def test_foreign_exposition_has_no_dialect() -> None:

