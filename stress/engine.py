@@ -185,9 +185,11 @@ class Engine:
         self.live.phase = state if self.phase == "main" else f"{self.phase}: {state}"
 
     async def _sleep_until(self, t_abs: float) -> bool:
-        """Sleep until perf time ``t_abs``; False if a stop was requested meanwhile."""
-        delay = t_abs - time.perf_counter()
-        if delay > 0:
+        """Sleep until perf time ``t_abs``; False if a stop was requested meanwhile.
+
+        The loop's timer may fire up to its clock resolution early; sleeping again for the
+        rest keeps a turn from starting before it was due (a negative ``queue_s``)."""
+        while (delay := t_abs - time.perf_counter()) > 0 and not self.stop_new.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop_new.wait(), timeout=delay)
         return not self.stop_new.is_set()

@@ -29,3 +29,12 @@ def mean_sd(d: Describe, digits: int = 3) -> str:
 
 def tokens(v: float | int | None) -> str:
     return "-" if v is None else f"{round(v):,}"
+
+
+def times(factor: float) -> str:
+    """A factor as 'x1.14', 'x19.1' or 'x3,970' (never in e-notation)."""
+    if factor != factor:  # NaN
+        return "x-"
+    if factor == float("inf"):
+        return "x∞"
+    return f"x{factor:,.0f}" if abs(factor) >= 100 else f"x{factor:.3g}"

@@ -11,7 +11,9 @@ flooding the terminal:
 
 The status line names the users whose request has waited longest for its first token or
 been silent longest (``u3 1st token 23s``), so a stall shows while it happens. Nothing
-here grows with the run. Everything printed goes through the secret redactor.
+here grows with the run. Everything printed goes through the secret redactor. A
+time-scaled simulator run is printed in simulated seconds, the snapshot's clock, and its
+status line says so (``simulated time x60``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Protocol, TextIO
 
+from stress.analysis.runfiles import sim_seconds
 from stress.durations import format_duration
 from stress.events import RunEvent
 from stress.live import REQUEST_EVENT_KINDS, RUN_FAILURE_KINDS, SILENT_AFTER_S, Snapshot
@@ -57,18 +60,29 @@ class HeadlessPrinter:
     ) -> None:
         self.snapshot = snapshot
         self.total_s = total_s
+        """The run's planned length in the engine's (wall) seconds; shown on the snapshot's
+        clock."""
         self.interval_s = interval_s
         self.out = stream or sys.stdout
         self._kinds: Counter[str] = Counter()
         self._window_lines = 0
         self._held: Counter[str] = Counter()
+        self._scale: float | None = None
+
+    @property
+    def time_scale(self) -> float:
+        """The snapshots' time scale, asked once (events can come before any status line)."""
+        if self._scale is None:
+            self._scale = self.snapshot().time_scale
+        return self._scale
 
     def line(self, text: str) -> None:
         print(REDACTOR.text(text), file=self.out, flush=True)
 
     def _event_line(self, ev: RunEvent) -> None:
         who = f"u{ev.user} " if ev.user is not None else ""
-        self.line(f"[{format_duration(ev.t):>6}] {ev.severity.upper()}: {who}{ev.message}")
+        t = format_duration(sim_seconds(ev.t, self.time_scale))
+        self.line(f"[{t:>6}] {ev.severity.upper()}: {who}{ev.message}")
 
     def on_event(self, ev: RunEvent) -> None:
         if ev.kind in RUN_FAILURE_KINDS:
@@ -89,9 +103,9 @@ class HeadlessPrinter:
         if n <= MAX_PER_KIND:
             self._event_line(ev)
         elif n == MAX_PER_KIND + 1:
+            t = format_duration(sim_seconds(ev.t, self.time_scale))
             self.line(
-                f"[{format_duration(ev.t):>6}] (further '{ev.kind}' events are counted "
-                "in events.jsonl, not printed)"
+                f"[{t:>6}] (further '{ev.kind}' events are counted in events.jsonl, not printed)"
             )
 
     def end_interval(self) -> None:
@@ -134,13 +148,17 @@ class HeadlessPrinter:
         return "longest waits: " + ", ".join(shown)
 
     def status(self, s: Snapshot) -> str:
-        total = f" / {format_duration(self.total_s)}" if self.total_s else ""
+        self._scale = s.time_scale
+        total = (
+            f" / {format_duration(sim_seconds(self.total_s, s.time_scale))}" if self.total_s else ""
+        )
+        clock = f" ({s.clock_label})" if s.clock_label else ""
         o = s.outcomes
         ttft = f"{s.ttft_p50_recent:.2f}s" if s.ttft_p50_recent is not None else "-"
         cache = f"{100 * s.cached_share_recent:.0f}%" if s.cached_share_recent is not None else "-"
         longest = max((u.conversation_tokens for u in s.users), default=0)
         parts = [
-            f"[{format_duration(s.t):>6}{total}] {s.phase}",
+            f"[{format_duration(s.t):>6}{total}] {s.phase}{clock}",
             *self.failures(),
             f"requests {s.rounds_done} (ok {o['ok']}, err {o['error']}, empty {o['empty']}, "
             f"reasoning-only {o['reasoning_only']}, truncated {o['truncated']})",

@@ -10,17 +10,26 @@ updates its record's chunk counters and ``t_last_byte`` in place, so the live st
 stream (waiting for the first token and for how long, reasoning, streaming content, silent
 since the last byte, current tok/s) costs nothing per chunk: the ages are computed here,
 once per snapshot, from the record's timestamps.
+
+One clock: a time-scaled simulator run (``time_scale`` simulated seconds per wall second)
+is shown in simulated seconds, like ``summary.json`` and the report. The engine, the
+records and the events are on the wall clock; the conversion is made here, once, with the
+report's own helpers (times multiplied, per-time rates divided), and the snapshot says so
+(``clock_label``). The recent windows and sparkline buckets stay wall-clock spans, so the
+view is as smooth at any scale.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from stress.analysis import figures
+from stress.analysis.runfiles import rescale_sample, sim_rate, sim_seconds
 from stress.events import RunEvent
 from stress.record import OUTCOMES, RequestRecord
 
@@ -104,24 +113,26 @@ class _UserState:
     in_flight: RequestRecord | None = None
     recent: deque[TurnSummary] = field(default_factory=lambda: deque(maxlen=RECENT_TURNS))
 
-    def row(self, now: float) -> UserRow:
+    def row(self, now: float, scale: float) -> UserRow:
+        """The row at wall time ``now``, on the simulated clock when ``scale`` is not 1."""
         state, live_tok_s = self.state, None
         waited = silent = think_left = None
         rec = self.in_flight
         if rec is not None:
             if rec.ttft_s is None:
                 state = "waiting"
-                waited = max(0.0, now - rec.t_start)
+                waited = sim_seconds(max(0.0, now - rec.t_start), scale)
             else:
                 state = "streaming" if rec.chunks_content else "reasoning"
                 t_first = rec.t_start + rec.ttft_s
                 elapsed = now - t_first
                 n = rec.chunks_content + rec.chunks_reasoning - 1
-                live_tok_s = n / elapsed if elapsed > 0.05 and n > 0 else None
+                if elapsed > 0.05 and n > 0:
+                    live_tok_s = sim_rate(n / elapsed, scale)
                 if rec.t_last_byte is not None:
-                    silent = max(0.0, now - max(t_first, rec.t_last_byte))
+                    silent = sim_seconds(max(0.0, now - max(t_first, rec.t_last_byte)), scale)
         elif state == "thinking" and self.think_until is not None:
-            think_left = max(0.0, self.think_until - now)
+            think_left = sim_seconds(max(0.0, self.think_until - now), scale)
         return UserRow(
             self.user,
             state,
@@ -148,6 +159,7 @@ class _UserState:
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     t: float
+    """Seconds since the run started (simulated seconds in a time-scaled run)."""
     phase: str
     users: tuple[UserRow, ...]
     outcomes: dict[str, int]
@@ -172,6 +184,21 @@ class Snapshot:
     ``completion_tokens`` counts warm-up too (the GPU energy's denominator)."""
     cache_retention: float | None = None
     """Run-level cache retention of non-warm-up requests (``stress.analysis.figures.retention``)."""
+    time_scale: float = 1.0
+    """Simulated seconds per wall second: every time and rate here is on the simulated clock
+    of a time-scaled simulator run (1: not scaled, the wall clock)."""
+    ttft_p95_run: float | None = None
+    """The headline TTFT p95 so far (``figures.ttft_p95``'s population and formula): the
+    live badge grades the SLO on it, as the verdict will at the end."""
+    ttft_n: int = 0
+    decode_p50_run: float | None = None
+    """The headline decode p50 so far (``figures.decode_p50``)."""
+    decode_n: int = 0
+
+    @property
+    def clock_label(self) -> str:
+        """``simulated time x60`` in a time-scaled run; empty otherwise (nothing to say)."""
+        return f"simulated time x{self.time_scale:g}" if self.time_scale != 1.0 else ""
 
 
 class Live:
@@ -179,8 +206,10 @@ class Live:
     BUCKET_S = 5.0
     HISTORY = 120
 
-    def __init__(self, n_users: int) -> None:
+    def __init__(self, n_users: int, time_scale: float = 1.0) -> None:
         self._users = [_UserState(user=u) for u in range(n_users)]
+        self.time_scale = time_scale
+        """Simulated seconds per wall second (``Target.time_scale``; 1: not scaled)."""
         self.phase = "starting"
         self.outcomes: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self.error_classes: dict[str, int] = {}
@@ -190,6 +219,10 @@ class Live:
         self.output_tokens = 0
         self.reconnects = 0
         self._retention = figures.RetentionTally()
+        self._slo_ttft = array("d")
+        self._slo_decode = array("d")
+        """Every headline TTFT and decode speed so far, 8 bytes each (16 MB per million
+        requests): the SLO's figures are exact percentiles, as in summary.json."""
         self._ttft: deque[tuple[float, float]] = deque(maxlen=512)
         self._done: deque[tuple[float, int, int, int]] = deque(maxlen=4096)
         self._buckets: deque[tuple[int, int]] = deque(maxlen=self.HISTORY)
@@ -230,13 +263,20 @@ class Live:
         prompt = rec.prompt_tokens or 0
         self.prompt_tokens += prompt
         self.completion_tokens += rec.completion_tokens
-        if rec.ttft_s is not None:
-            u.last_ttft_s = rec.ttft_s
+        scale = self.time_scale
+        ttft, decode = sim_seconds(rec.ttft_s, scale), sim_rate(rec.decode_tok_s, scale)
+        if ttft is not None:
+            u.last_ttft_s = ttft
             if not rec.warmup:
-                self._ttft.append((t_end, rec.ttft_s))
-        u.last_decode_tok_s = rec.decode_tok_s
+                self._ttft.append((t_end, ttft))
+        u.last_decode_tok_s = decode
         if not rec.warmup:
             self.output_tokens += rec.completion_tokens
+            if rec.outcome in figures.GENERATED:  # the headline population
+                if ttft is not None:
+                    self._slo_ttft.append(ttft)
+                if decode is not None:
+                    self._slo_decode.append(decode)
         if rec.cached_tokens is not None and prompt:
             u.last_cached_pct = 100.0 * rec.cached_tokens / prompt
             u.last_retention = figures.retention([(rec.cached_tokens, rec.reusable_tokens)])
@@ -246,16 +286,16 @@ class Live:
             TurnSummary(
                 rec.round,
                 rec.conversation,
-                t_end,
+                sim_seconds(t_end, scale),
                 rec.outcome,
                 rec.error_class,
                 rec.prompt_tokens,
                 rec.cached_tokens,
                 rec.completion_tokens,
-                rec.ttft_s,
-                rec.decode_tok_s,
-                rec.e2e_s,
-                rec.max_gap_s,
+                ttft,
+                decode,
+                sim_seconds(rec.e2e_s, scale),
+                sim_seconds(rec.max_gap_s, scale),
             )
         )
         self._done.append((t_end, rec.completion_tokens, prompt, rec.cached_tokens or 0))
@@ -266,23 +306,32 @@ class Live:
             self._buckets.append((bucket, rec.completion_tokens))
 
     def on_event(self, ev: RunEvent) -> None:
+        if self.time_scale != 1.0:  # a copy: the recorder writes the event as it came
+            ev = replace(ev, t=sim_seconds(ev.t, self.time_scale))
         self.events.append(ev)
 
     def snapshot(self, t: float) -> Snapshot:
+        """The state at ``t``, the run clock's seconds (wall), shown on the run's one clock."""
+        scale = self.time_scale
         cutoff = t - self.WINDOW_S
         recent_ttft = [v for (te, v) in self._ttft if te >= cutoff]
         done = [d for d in self._done if d[0] >= cutoff]
         span = min(self.WINDOW_S, t) or 1.0
         prompt = sum(d[2] for d in done)
         cached = sum(d[3] for d in done)
-        rows = tuple(u.row(t) for u in self._users)
+        rows = tuple(u.row(t, scale) for u in self._users)
         history: list[float] = []
         if self._buckets:
             first, last = self._buckets[0][0], int(t // self.BUCKET_S)
             by_bucket = dict(self._buckets)
-            history = [by_bucket.get(b, 0) / self.BUCKET_S for b in range(first, last + 1)]
+            history = [
+                sim_rate(by_bucket.get(b, 0) / self.BUCKET_S, scale) for b in range(first, last + 1)
+            ]
+        collectors = {k: dict(v) for k, v in self.collectors.items()}
+        if scale != 1.0 and collectors.get("server"):
+            collectors["server"] = rescale_sample(collectors["server"], scale)
         return Snapshot(
-            t=t,
+            t=sim_seconds(t, scale),
             phase=self.phase,
             users=rows,
             outcomes=dict(self.outcomes),
@@ -293,13 +342,18 @@ class Live:
             completion_tokens=self.completion_tokens,
             ttft_p50_recent=float(np.median(recent_ttft)) if recent_ttft else None,
             ttft_recent=tuple(v for (_, v) in list(self._ttft)[-60:]),
-            out_tok_s_recent=sum(d[1] for d in done) / span,
+            out_tok_s_recent=sim_rate(sum(d[1] for d in done) / span, scale),
             out_tok_s_history=tuple(history[-self.HISTORY :]),
             cached_share_recent=(cached / prompt) if prompt else None,
             working_set_tokens=sum(r.conversation_tokens for r in rows),
             reconnects=self.reconnects,
             events=tuple(list(self.events)[-50:]),
-            collectors={k: dict(v) for k, v in self.collectors.items()},
+            collectors=collectors,
             output_tokens=self.output_tokens,
             cache_retention=self._retention.value,
+            time_scale=scale,
+            ttft_p95_run=figures.percentile(self._slo_ttft, 95),
+            ttft_n=len(self._slo_ttft),
+            decode_p50_run=figures.percentile(self._slo_decode, 50),
+            decode_n=len(self._slo_decode),
         )

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import aiohttp
 
 import stress
+from stress.analysis.analyze import Analysis, analyze
 from stress.calibrate import server_token_count
 from stress.client import ChatClient, TimeoutPolicy
 from stress.collectors.base import Collector, RunClock
@@ -37,6 +38,7 @@ from stress.hangs import GatedSink, HangGate
 from stress.headless import HeadlessPrinter, UiSink
 from stress.live import Live
 from stress.preflight import preflight
+from stress.probe import check_users
 from stress.recorder import Recorder, new_run_dir, write_json
 from stress.scenario import LoadedScenario, Scenario, phase_plan, time_scaled
 from stress.secrets import REDACTOR, load_api_key, safe_url
@@ -268,6 +270,7 @@ async def _run(
     probe_result, probe_warnings = await preflight(
         session, target.url, target.headers, sc.conversation.ceiling_tokens, sc.request.max_tokens
     )
+    probe_warnings += check_users(probe_result, max(step.users.count for _, step in plan))
     server_kind = sc.target.server
     if server_kind == "auto" and probe_result.kind in ("vllm", "sglang", "llamacpp"):
         server_kind = probe_result.kind
@@ -278,7 +281,7 @@ async def _run(
             f"cannot create a run directory in {out_dir}: {e.strerror or e} -- fix: pass --out "
             "with a writable folder"
         ) from None
-    live = Live(max(step.users.count for _, step in plan))
+    live = Live(max(step.users.count for _, step in plan), time_scale=target.time_scale)
     clock = RunClock.start()
     engine_ref: list[Engine] = []
     printer: UiSink
@@ -295,6 +298,7 @@ async def _run(
             "rounds": sc.rounds,
             "cache": sc.conversation.cache,
             "run_dir": str(run_dir),
+            "slo": sc.slo.model_dump(),  # the badge grades it as the verdict will
         }
         printer = TuiSink(
             header,
@@ -482,9 +486,12 @@ async def _run(
     if recorder.error is not None:
         raise _recording_error(run_dir, recorder)
     summary: dict[str, Any] = {}
-    if _guarded(printer, "summary.json", lambda: summary.update(build_summary(run_dir))):
+    analysis: list[Analysis] = []  # read and analysed once, for summary.json and the report
+    if _guarded(printer, "summary.json", lambda: analysis.append(analyze(run_dir))) and _guarded(
+        printer, "summary.json", lambda: summary.update(build_summary(run_dir, analysis[0]))
+    ):
         print(REDACTOR.text(f"\n{render_summary(summary)}\n\nrun directory: {run_dir}"), flush=True)
-        _write_report(run_dir)
+        _write_report(run_dir, analysis[0])
     return RunOutcome(run_dir, summary, exit_reason)
 
 
@@ -508,12 +515,12 @@ def _recording_error(run_dir: Path, recorder: Recorder) -> RecordingError:
     )
 
 
-def _write_report(run_dir: Path) -> None:
+def _write_report(run_dir: Path, analysis: Analysis) -> None:
     """report.md and report.html beside the data; a failure here never costs the run."""
     try:
         from stress.report.build import build_report
 
-        _, _, html = build_report(run_dir)
+        _, _, html = build_report(run_dir, analysis)
     except Exception as e:
         print(
             f"report not written ({type(e).__name__}: {REDACTOR.text(str(e))}); "

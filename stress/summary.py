@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from stress.analysis import figures
+from stress.analysis.analyze import Analysis, analyze
 from stress.analysis.checks import accounting_text, health_warnings, warnings_for
-from stress.analysis.runfiles import RunFiles, read_run_files
+from stress.analysis.runfiles import RunFiles
 from stress.errors import RunDirError
 from stress.record import OUTCOMES
 from stress.recorder import write_json
@@ -184,12 +185,14 @@ def _server_section(files: RunFiles, records: list[dict[str, Any]]) -> dict[str,
     return out
 
 
-def build_summary(run_dir: Path, files: RunFiles | None = None) -> dict[str, Any]:
-    """Compute and write ``summary.json`` for a run directory; return it.
+def build_summary(run_dir: Path, analysis: Analysis | None = None) -> dict[str, Any]:
+    """Write ``summary.json`` for a run directory from its analysis (``analyze``d here
+    unless given); return it.
 
     ``RunDirError`` when the run's files are damaged or ``summary.json`` cannot be written.
     """
-    files = files or read_run_files(run_dir)
+    analysis = analysis or analyze(run_dir)
+    files = analysis.run.files
     manifest = files.manifest
     records = files.requests
     main = [r for r in records if not r.get("warmup")]
@@ -224,7 +227,8 @@ def build_summary(run_dir: Path, files: RunFiles | None = None) -> dict[str, Any
         "client": collectors.get("client"),
         "warnings": health_warnings(files) + warnings_for(records, manifest),
     }
-    summary["verdict"] = _verdict(run_dir, files)
+    summary["verdict"] = analysis.verdict.as_dict()
+    summary["capacity"] = analysis.capacity.as_dict()
     try:
         write_json(run_dir / "summary.json", summary)
     except OSError as e:
@@ -266,15 +270,6 @@ def _by_user(records: list[dict[str, Any]], users: list[int]) -> dict[int, list[
     return out
 
 
-def _verdict(run_dir: Path, files: RunFiles) -> dict[str, Any]:
-    """The report's verdict, decided once by ``stress.analysis.judge.make_verdict`` and
-    stored here, so summary.json, the terminal, the report and ``stress ls`` agree."""
-    from stress.analysis.judge import make_verdict
-    from stress.analysis.rundata import load_run
-
-    return make_verdict(load_run(run_dir, files=files)).as_dict()
-
-
 def _fmt(v: float | int | None, unit: str = "") -> str:
     if v is None:
         return "-"
@@ -287,8 +282,10 @@ def render_summary(summary: dict[str, Any]) -> str:
     """A terminal table of the headline figures and the warnings."""
     o = summary["overall"]
     verdict = summary.get("verdict") or {}
+    capacity = (summary.get("capacity") or {}).get("sentence")
     lines = [
         f"verdict: {verdict.get('summary') or verdict.get('status') or '-'}",
+        *([f"capacity: {capacity}"] if capacity else []),
         f"run {summary['run_id']}  scenario {summary['scenario']}  "
         f"exit: {summary.get('exit_reason') or 'killed (incomplete)'}  "
         f"duration {_fmt(summary.get('duration_s'), 's')}",

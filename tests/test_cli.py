@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 
 from stress.analysis.limits import EXIT_VERDICT_FAIL
+from stress.fmt import times
 from stress.record import RequestRecord
 from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
 
@@ -651,5 +652,5 @@ def test_exit_code_follows_the_verdict(
         assert verdict["findings"][0] == {
             "level": "FAIL",
             "code": "slo",
-            "short": f"TTFT p95 x{check['factor']:.3g} SLO",
+            "short": f"TTFT p95 {times(check['factor'])} SLO",
         }

@@ -118,3 +118,61 @@ def test_the_printer_holds_counts_not_events() -> None:
         printer.on_event(RunEvent(float(i), "request_failed", "HTTP 503", "warning", user=0))
     assert len(out.getvalue().splitlines()) == REQUEST_LINES
     assert printer._held == {"request_failed": 10_000 - REQUEST_LINES}
+
+
+def drive(live: Live) -> Live:
+    """The same run on any live state: three users in flight, one turn done, one event,
+    the server collector's live view; the records' times are wall seconds, as the client's."""
+    sent(live, 0, t_start=10.0)  # no token yet
+    streaming(live, 1, t_start=5.0, ttft=1.0, last_byte=8.0)  # quiet since 8.0
+    done = sent(live, 2, t_start=2.0)
+    done.ttft_s, done.decode_tok_s, done.e2e_s, done.max_gap_s = 0.5, 30.0, 4.0, 0.25
+    done.completion_tokens = 120
+    live.on_record(done, 6.0)
+    live.set_state(2, "thinking", until=24.5)
+    live.on_event(RunEvent(3.0, "preflight", "a warning", "warning", source="server"))
+    live.collectors["server"] = {"gen_tok_s": 600.0, "preemptions_per_min": 6.0, "kv_usage": 0.5}
+    return live
+
+
+def test_a_time_scaled_run_is_shown_in_simulated_seconds() -> None:
+    wall, sim = drive(Live(3)).snapshot(20.0), drive(Live(3, time_scale=10.0)).snapshot(20.0)
+    assert (wall.t, sim.t) == (20.0, 200.0)
+    assert (wall.clock_label, sim.clock_label) == ("", "simulated time x10")
+    w, s = wall.users, sim.users
+    assert s[0].first_token_wait_s == 10 * w[0].first_token_wait_s == 100.0
+    assert s[1].silent_s == 10 * w[1].silent_s == 120.0
+    assert w[1].live_tok_s and s[1].live_tok_s == w[1].live_tok_s / 10
+    assert s[2].think_left_s == 10 * w[2].think_left_s == 45.0
+    assert (s[2].last_ttft_s, s[2].last_decode_tok_s) == (5.0, 3.0)
+    turn = s[2].recent[-1]
+    assert (turn.t_end, turn.ttft_s, turn.decode_tok_s, turn.e2e_s, turn.max_gap_s) == (
+        60.0,
+        5.0,
+        3.0,
+        40.0,
+        2.5,
+    )
+    assert sim.ttft_p50_recent == 5.0 and sim.ttft_recent == (5.0,)
+    assert sim.out_tok_s_recent == wall.out_tok_s_recent / 10 == 120 / 20 / 10
+    assert sim.out_tok_s_history == tuple(v / 10 for v in wall.out_tok_s_history)
+    assert sim.events[-1].t == 30.0 and wall.events[-1].t == 3.0
+    assert sim.collectors["server"] == {
+        "gen_tok_s": 60.0,
+        "preemptions_per_min": 0.6,
+        "kv_usage": 0.5,
+    }
+    assert wall.collectors["server"]["gen_tok_s"] == 600.0
+
+
+def test_the_headless_printer_shows_a_time_scaled_run_in_simulated_seconds() -> None:
+    live = drive(Live(3, time_scale=10.0))
+    out = io.StringIO()
+    printer = HeadlessPrinter(lambda: live.snapshot(20.0), 40.0, stream=out)  # 40 wall s
+    printer.on_event(RunEvent(3.0, "stall", "no bytes", "error", user=1))
+    assert out.getvalue().splitlines()[-1] == "[   30s] ERROR: u1 no bytes"
+    status = printer.status(live.snapshot(20.0))
+    assert status.startswith("[ 3m20s / 6m40s] starting (simulated time x10) |")
+    assert "longest waits: u1 silent 2m00s, u0 1st token 100s" in status
+    plain = HeadlessPrinter(lambda: drive(Live(3)).snapshot(20.0), 40.0, stream=out)
+    assert plain.status(plain.snapshot()).startswith("[   20s / 40s] starting |")

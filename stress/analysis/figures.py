@@ -17,6 +17,132 @@ import numpy as np
 
 Record = Mapping[str, Any]
 
+
+@dataclass(frozen=True, slots=True)
+class FigureDef:
+    """One figure: its name, which requests (or samples) count, and its formula."""
+
+    name: str
+    population: str
+    formula: str
+
+
+FIGURES: tuple[FigureDef, ...] = (
+    FigureDef(
+        "TTFT",
+        "per request",
+        "first chunk carrying generated text (reasoning or content) - request sent",
+    ),
+    FigureDef("TTFC", "per request", "first chunk carrying answer content - request sent"),
+    FigureDef(
+        "decode tok/s", "per request", "(completion_tokens - 1) / (t_last_token - t_first_token)"
+    ),
+    FigureDef(
+        "e2e",
+        "per request",
+        "last byte - request sent (the client's own queueing is reported apart, queue_s)",
+    ),
+    FigureDef(
+        "TTFT p95 (the SLO's figure)",
+        "non-warm-up requests that generated text (ok, reasoning_only); a request that "
+        "failed after its first token is not counted",
+        "95th percentile (linear) of ttft_s, with a percentile bootstrap 95% interval",
+    ),
+    FigureDef(
+        "decode p50 (the SLO's figure)",
+        "as TTFT p95",
+        "median of decode_tok_s, with a percentile bootstrap 95% interval",
+    ),
+    FigureDef(
+        "SLO factor",
+        "one SLO figure; judged from 20 samples",
+        "figure / limit (TTFT) or limit / figure (decode): above 1 missed, above 2 FAIL",
+    ),
+    FigureDef(
+        "goodput",
+        "non-warm-up turns, every outcome (overall, per user, per capacity bucket)",
+        "share answered (ok) with TTFT <= the TTFT limit and decode >= the decode floor",
+    ),
+    FigureDef(
+        "longest silence",
+        "every non-warm-up request that has one, failed ones (stalls) included",
+        "max_gap_s: the longest gap between two chunks after the first token, per stream",
+    ),
+    FigureDef(
+        "output tokens",
+        "non-warm-up requests, every outcome",
+        "sum of completion_tokens (a truncated reply's tokens were generated too)",
+    ),
+    FigureDef(
+        "aggregate output tok/s",
+        "non-warm-up requests",
+        "output tokens / run duration; spread over 30 equal time windows",
+    ),
+    FigureDef(
+        "prefix-cache hit (per request)",
+        "requests whose cached_tokens and prompt_tokens are known",
+        "sum of cached_tokens / sum of prompt_tokens",
+    ),
+    FigureDef(
+        "cache retention",
+        "the group's requests (run, user, round, bucket; warm-up excluded) with "
+        "cached_tokens known and reusable_tokens > 0",
+        "sum of min(cached_tokens, reusable_tokens) / sum of reusable_tokens: below 1 = "
+        "evicted, never above 1",
+    ),
+    FigureDef(
+        "server hit rate",
+        "the server's prefix-cache counters",
+        "delta(prefix hits) / delta(prefix queries) between scrapes",
+    ),
+    FigureDef(
+        "requests in flight",
+        "every non-warm-up request, at each one's start",
+        "requests started by then minus requests ended by then",
+    ),
+    FigureDef(
+        "working set",
+        "every user, at a moment",
+        "sum of the users' live conversation lengths (prompt while a request runs, prompt "
+        "+ reply after)",
+    ),
+    FigureDef(
+        "KV pool",
+        "the run's telemetry",
+        "kv_pool_tokens of the last server sample that has it, else the server collector's "
+        "summary, else the pre-flight probe (llama.cpp: sum of /slots n_ctx)",
+    ),
+    FigureDef(
+        "users the pool holds",
+        "every user",
+        "KV pool / mean over users of each one's largest conversation (prompt + reply)",
+    ),
+    FigureDef(
+        "GPU energy",
+        "the server's cards (every card when none was selected)",
+        "sum of each card's guarded energy accumulator (wraps and resets handled, power "
+        "integrated where the counter cannot be trusted)",
+    ),
+    FigureDef(
+        "J per output token",
+        "every request, warm-up included (the energy covers the whole run)",
+        "GPU energy / sum of completion_tokens",
+    ),
+    FigureDef(
+        "spread", "any figure's samples", "sample standard deviation; n = samples; p = percentiles"
+    ),
+)
+"""The figures every output shows, with population and formula: the report's definitions
+and docs/metrics.md's table are generated from this (a test keeps the docs in sync)."""
+
+
+def definitions_markdown() -> str:
+    """docs/metrics.md's table of figures (``python -m stress.analysis.figures``)."""
+    lines = ["| figure | population | formula |", "|---|---|---|"]
+    lines += [f"| {f.name} | {f.population} | {f.formula} |" for f in FIGURES]
+    return "\n".join(lines) + "\n"
+
+
 GENERATED = ("ok", "reasoning_only")
 """Outcomes of requests that generated text: the population of latency and speed figures
 (a failed request has no meaningful TTFT, even one that failed after its first token)."""
@@ -175,3 +301,7 @@ def kv_pool_tokens(
         if isinstance(v, int | float) and v > 0:
             return float(v)
     return None
+
+
+if __name__ == "__main__":
+    print(definitions_markdown(), end="")

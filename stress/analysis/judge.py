@@ -23,6 +23,7 @@ The exit code of ``stress run`` follows the grade (``stress.analysis.limits.exit
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,7 +32,7 @@ from stress.analysis.checks import accounting_text, health_warnings, level_of, w
 from stress.analysis.limits import DEFAULT_ERROR_RATE, MIN_SAMPLES, SLO_FAIL_FACTOR
 from stress.analysis.rundata import RunData
 from stress.analysis.stats import describe, percentile_interval
-from stress.fmt import num
+from stress.fmt import num, times
 
 HW_KINDS = ("xid", "aer", "ecc", "ecc_dbe", "ecc_uncorrected", "gpu_lost", "gpu_unavailable")
 
@@ -112,7 +113,7 @@ def health_findings(c: HealthCounts) -> list[Finding]:
     if c.collector_failed:
         out.append(Finding("WARN", "collector_failed", _n(c.collector_failed, "dead collector")))
     if c.odd_replies:
-        out.append(Finding("WARN", "replies", f"{c.odd_replies:,} empty/cut off"))
+        out.append(Finding("WARN", "replies", f"{c.odd_replies:,} empty/cut"))
     if c.preemptions:
         out.append(Finding("WARN", "preemptions", f"{c.preemptions:,.0f} preempted"))
     if c.incomplete:
@@ -161,7 +162,7 @@ class SloCheck:
             return Finding("WARN", "slo_not_judged", f"{self.figure} n={self.n}")
         if self.status == "MISSED" and f is not None:
             level: Level = "FAIL" if f > SLO_FAIL_FACTOR else "WARN"
-            return Finding(level, "slo", f"{self.figure} x{f:.3g} SLO")
+            return Finding(level, "slo", f"{self.figure} {times(f)} SLO")
         return None
 
     def text(self) -> str:
@@ -174,7 +175,7 @@ class SloCheck:
         if self.status == "NOT JUDGED":
             return f"{head}: not judged (n = {self.n} < {MIN_SAMPLES})"
         if self.status == "MISSED":
-            return f"{head}: MISSED x{self.factor:.3g}"
+            return f"{head}: MISSED {times(self.factor or 0.0)}"
         return f"{head}: MET"
 
     def as_dict(self) -> dict[str, Any]:
@@ -191,25 +192,35 @@ class SloCheck:
         }
 
 
+SLO_FIGURES = (
+    ("ttft_p95", "TTFT p95", "ttft_s", 95, "s", True),
+    ("decode_tok_s_p50", "decode p50", "decode_tok_s", 50, "tok/s", False),
+)
+"""The scenario's SLO keys and the headline figure each is graded on: (slo key, figure,
+record field, percentile, unit, higher is worse)."""
+
+
+def slo_limit(slo: Mapping[str, Any] | None, key: str) -> float | None:
+    v = (slo or {}).get(key)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and v > 0 else None
+
+
 def slo_checks(run: RunData) -> list[SloCheck]:
     """The scenario's SLO, each on the headline's own figure (``stress.analysis.figures``):
     TTFT p95 and decode p50 over non-warm-up requests that generated text."""
     slo = run.scenario.get("slo") or {}
     main = figures.main_requests(run.requests)
     out: list[SloCheck] = []
-    for key, figure, field, q, unit, worse in (
-        ("ttft_p95", "TTFT p95", "ttft_s", 95, "s", True),
-        ("decode_tok_s_p50", "decode p50", "decode_tok_s", 50, "tok/s", False),
-    ):
-        limit = slo.get(key)
-        if not isinstance(limit, int | float) or limit <= 0:
+    for key, figure, field, q, unit, worse in SLO_FIGURES:
+        limit = slo_limit(slo, key)
+        if limit is None:
             continue
         values = figures.generated_values(main, field)
         out.append(
             SloCheck(
                 figure,
                 unit,
-                float(limit),
+                limit,
                 figures.percentile(values, q),
                 len(values),
                 percentile_interval(values, q) if len(values) >= MIN_SAMPLES else None,
@@ -379,6 +390,6 @@ def make_verdict(run: RunData) -> Verdict:
     )
     for c in checks:
         summary += f"; {c.figure} {c.status}" + (
-            f" x{c.factor:.3g}" if c.status == "MISSED" else ""
+            f" {times(c.factor or 0.0)}" if c.status == "MISSED" else ""
         )
     return Verdict(status, summary, items, [w["message"] for w in found], findings, checks)

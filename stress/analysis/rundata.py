@@ -6,7 +6,9 @@ never with stream chunks: ``requests.jsonl`` has one line per request. Files a r
 have (no GPU telemetry, no server metrics, a run killed before its summary) are simply
 empty here; every consumer copes with that. The files are read and checked by
 :mod:`stress.analysis.runfiles`, the same reader ``summary.json`` uses: lines that cannot be
-read and impossible values are counted there, never silently dropped.
+read and impossible values are counted there, never silently dropped. A time-scaled
+simulator run is on the simulated clock here, all of it: requests, events, server and GPU
+samples, so every chart shares one time axis.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stress.analysis.runfiles import Accounting, Quality, RunFiles, read_run_files
+from stress.analysis.runfiles import (
+    Accounting,
+    Quality,
+    RunFiles,
+    read_run_files,
+    rescale_sample,
+)
 from stress.analysis.runfiles import end_time as end_time
 
 Record = dict[str, Any]
@@ -94,19 +102,19 @@ def load_run(run_dir: Path, files: RunFiles | None = None) -> RunData:
     cards: list[Record] = []
     samples: list[Record] = []
     server_cards: list[str] | None = None
-    for rec in files.gpu:
+    manifest, server, gpu = files.manifest, files.server, files.gpu
+    scale = files.time_scale
+    if scale != 1.0:  # a time-scaled simulator run: show simulated seconds, like summary.json
+        manifest = {**manifest, "duration_s": float(manifest.get("duration_s") or 0) * scale}
+        server = [rescale_sample(s, scale) for s in server]
+        gpu = [rescale_sample(g, scale) for g in gpu]  # on the same clock as every other chart
+    for rec in gpu:
         if rec.get("type") == "cards":
             cards = rec["cards"]
             if isinstance(rec.get("server_cards"), list):
                 server_cards = [str(k) for k in rec["server_cards"]]
         elif rec.get("type") == "sample":
             samples.append(rec)
-    server = files.server
-    manifest = files.manifest
-    scale = files.time_scale
-    if scale != 1.0:  # a time-scaled simulator run: show simulated seconds, like summary.json
-        manifest = {**manifest, "duration_s": float(manifest.get("duration_s") or 0) * scale}
-        server = [_rescale_sample(s, scale) for s in server]
     return RunData(
         path=run_dir,
         manifest=manifest,
@@ -118,15 +126,3 @@ def load_run(run_dir: Path, files: RunFiles | None = None) -> RunData:
         gpu_samples=samples,
         gpu_server_cards=server_cards,
     )
-
-
-def _rescale_sample(s: Record, scale: float) -> Record:
-    """A server sample on the simulated clock: times multiplied, per-time rates divided."""
-    out = {**s, "t": float(s.get("t") or 0) * scale}
-    for key, value in s.items():
-        if isinstance(value, int | float) and (key.endswith("_tok_s") or key.endswith("_per_min")):
-            out[key] = value / scale
-    rates = s.get("rates")
-    if isinstance(rates, dict):
-        out["rates"] = {k: v / scale if isinstance(v, int | float) else v for k, v in rates.items()}
-    return out

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, overload
 
 import orjson
 
@@ -333,18 +333,63 @@ def read_state(run_dir: Path, quality: Quality) -> dict[str, Any] | None:
     return state
 
 
+@overload
+def sim_seconds(wall_s: float, scale: float) -> float: ...
+@overload
+def sim_seconds(wall_s: None, scale: float) -> None: ...
+def sim_seconds(wall_s: float | None, scale: float) -> float | None:
+    """Seconds measured on the wall clock of a time-scaled simulator run, in simulated
+    seconds (``scale`` is the manifest's ``time_scale``: simulated seconds per wall second)."""
+    return None if wall_s is None else wall_s * scale
+
+
+@overload
+def sim_rate(per_wall_s: float, scale: float) -> float: ...
+@overload
+def sim_rate(per_wall_s: None, scale: float) -> None: ...
+def sim_rate(per_wall_s: float | None, scale: float) -> float | None:
+    """A per-second rate (tok/s) of a time-scaled simulator run, per simulated second."""
+    return None if per_wall_s is None else per_wall_s / scale
+
+
 def rescale_record(r: Record, scale: float) -> Record:
     """A request on the simulated clock: times multiplied, the decode rate divided."""
     r = dict(r)
     for key in SECONDS:
         if r.get(key) is not None:
-            r[key] *= scale
-    if r.get("decode_tok_s") is not None:
-        r["decode_tok_s"] /= scale
+            r[key] = sim_seconds(r[key], scale)
+    for key in RATES:
+        if r.get(key) is not None:
+            r[key] = sim_rate(r[key], scale)
     return r
 
 
-def end_time(r: Record) -> float:
+RATE_SUFFIXES = ("_tok_s", "_per_min")
+"""Telemetry fields that are per-time rates (``gen_tok_s``, ``preemptions_per_min``)."""
+
+
+def rescale_sample(s: Record, scale: float) -> Record:
+    """A telemetry line (a server scrape, the server collector's live view, a GPU line and
+    its cards) on the simulated clock: its times multiplied, per-time rates divided.
+    Gauges (KV usage, counts, watts, degrees, clocks) are readings: they stay as read."""
+    out = dict(s)
+    for key, value in s.items():
+        if not _is_num(value):
+            continue
+        if key == "t":
+            out[key] = sim_seconds(value, scale)
+        elif key.endswith(RATE_SUFFIXES):
+            out[key] = sim_rate(value, scale)
+    rates = s.get("rates")
+    if isinstance(rates, dict):
+        out["rates"] = {k: sim_rate(v, scale) if _is_num(v) else v for k, v in rates.items()}
+    cards = s.get("cards")
+    if isinstance(cards, list):
+        out["cards"] = [rescale_sample(c, scale) if isinstance(c, dict) else c for c in cards]
+    return out
+
+
+def end_time(r: Mapping[str, Any]) -> float:
     """When a request ended, seconds since run start (its last byte without an e2e)."""
     if r.get("e2e_s") is None and r.get("t_last_byte") is not None:
         return float(r["t_last_byte"])

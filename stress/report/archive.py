@@ -1,8 +1,9 @@
 """``stress ls``: the archive of runs, one line each, for capacity planning over time.
 
 Every run directory under a folder becomes one row (date, scenario, target / model, users,
-duration, verdict, TTFT p95, aggregate tok/s, hit rate), computed from its files exactly as
-the report does, so a killed run is listed too. Rows sort and filter in the terminal and
+duration, verdict, the SLO's grades, where the capacity answer found the SLO held, goodput,
+TTFT p95, aggregate tok/s, hit rate), from the run's one analysis exactly as the report
+has it, so a killed run is listed too. Rows sort and filter in the terminal and
 export to CSV for spreadsheets and notebooks. A run directory whose files are damaged is
 listed as ``damaged: <reason>`` and the listing goes on: one bad run must not hide the rest.
 """
@@ -13,14 +14,16 @@ import csv
 import fnmatch
 import io
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from stress.analysis import figures
-from stress.analysis.judge import make_verdict
-from stress.analysis.rundata import load_run
+from stress.analysis.analyze import analyze
+from stress.analysis.capacity import Bucket, CapacityAnswer, within
+from stress.analysis.judge import SloCheck
 from stress.errors import RunDirError, StressError
-from stress.fmt import num, pct
+from stress.fmt import num, pct, times, tokens
 from stress.report.headline import aggregate_tok_s, cached_share
 
 
@@ -34,6 +37,11 @@ class ArchiveRow:
     users: int
     duration_s: float
     verdict: str
+    slo: str
+    """Each SLO figure's grade ("TTFT p95 MISSED x1.14"), "-" without an SLO."""
+    within_slo: str
+    """Where the capacity answer found the SLO held ("4 users", "6 in flight", "30k tok")."""
+    goodput: float | None
     requests: int
     ttft_p95_s: float | None
     output_tok_s: float | None
@@ -47,7 +55,8 @@ SORT_KEYS = ("date", "scenario", "ttft_p95", "tok_s", "hit_rate", "duration")
 
 
 def row_for(run_dir: Path) -> ArchiveRow:
-    run = load_run(run_dir)
+    analysis = analyze(run_dir)
+    run = analysis.run
     m = run.manifest
     start = m.get("start_time")
     date = (
@@ -56,6 +65,7 @@ def row_for(run_dir: Path) -> ArchiveRow:
         else "-"
     )
     hit = run.collector("server").get("hit_rate_run")
+    a = analysis.capacity
     return ArchiveRow(
         date=date,
         run_id=run.run_id,
@@ -64,13 +74,45 @@ def row_for(run_dir: Path) -> ArchiveRow:
         model=str(m.get("model") or "-"),
         users=int((run.scenario.get("users") or {}).get("count") or 0),
         duration_s=round(run.duration_s, 1),
-        verdict=make_verdict(run).status,
+        verdict=analysis.verdict.status,
+        slo=slo_cell(analysis.verdict.slo),
+        within_slo=within_cell(a),
+        goodput=a.goodput,
         requests=len(run.requests),
         ttft_p95_s=figures.ttft_p95(run.requests),
         output_tok_s=aggregate_tok_s(run),
         hit_rate=float(hit) if isinstance(hit, int | float) else cached_share(run.main),
         path=str(run_dir),
     )
+
+
+def slo_cell(checks: list[SloCheck]) -> str:
+    """'TTFT p95 MISSED x1.14, decode p50 MET' as the verdict grades them."""
+    return (
+        ", ".join(
+            f"{c.figure} {c.status}"
+            + (f" {times(c.factor or 0.0)}" if c.status == "MISSED" else "")
+            for c in checks
+        )
+        or "-"
+    )
+
+
+def within_cell(a: CapacityAnswer) -> str:
+    """The capacity answer's 'within SLO up to' per axis, short: '4 users, 30k tok'."""
+    parts = []
+    axes: list[tuple[str, list[Bucket], Callable[[Bucket], str]]] = [
+        ("users", a.by_users, lambda b: f"{b.lo:g} users"),
+        ("concurrency", a.by_concurrency, lambda b: f"{b.hi:g} in flight"),
+        ("length", a.by_length, lambda b: f"{tokens(b.hi)} tok"),
+    ]
+    for key, buckets, unit in axes:
+        if key not in a.within:
+            continue
+        met, _ = within(buckets)
+        if met is not None:
+            parts.append(unit(met))
+    return ", ".join(parts) or "-"
 
 
 def damaged_row(run_dir: Path, reason: str) -> ArchiveRow:
@@ -84,6 +126,9 @@ def damaged_row(run_dir: Path, reason: str) -> ArchiveRow:
         users=0,
         duration_s=0.0,
         verdict="damaged",
+        slo="-",
+        within_slo="-",
+        goodput=None,
         requests=0,
         ttft_p95_s=None,
         output_tok_s=None,
@@ -147,6 +192,9 @@ COLUMNS = (
     "users",
     "duration",
     "verdict",
+    "SLO",
+    "within SLO up to",
+    "goodput",
     "TTFT p95 s",
     "tok/s",
     "hit rate",
@@ -164,6 +212,9 @@ def render_table(rows: list[ArchiveRow]) -> str:
             str(r.users),
             f"{r.duration_s / 60:.1f}m",
             r.verdict,
+            r.slo,
+            r.within_slo,
+            pct(r.goodput),
             num(r.ttft_p95_s),
             num(r.output_tok_s),
             pct(r.hit_rate),

@@ -1,7 +1,9 @@
 """Assemble a report from a run directory and write report.md and report.html.
 
-The order is the reader's: verdict first, then the headline with its definitions, the
-charts, the detail tables, capacity, and the fingerprint that says what was measured.
+The order is the reader's: the verdict, the capacity answer with its chart and buckets,
+the headline figures, the charts and the GPUs; then, folded, the per-user, per-round and
+phase tables, the definitions and the fingerprint that says what was measured. Every
+figure comes from the run's one analysis (``stress.analysis.analyze``).
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from stress.analysis import figures
-from stress.analysis.judge import Verdict, make_verdict
-from stress.analysis.rundata import RunData, load_run
-from stress.analysis.runfiles import RunFiles
+from stress.analysis.analyze import Analysis, analyze
+from stress.analysis.judge import Verdict
+from stress.analysis.rundata import RunData
 from stress.fmt import num, pct
 from stress.report.capacity import capacity_section
 from stress.report.fingerprint import fingerprint
@@ -37,6 +39,8 @@ class Report:
     sections: list[Section]
     fingerprint: Table
     charts: list[Chart] = field(default_factory=list)
+    capacity: str = ""
+    """The capacity answer's sentence (``stress.analysis.capacity``)."""
 
     @property
     def title(self) -> str:
@@ -91,24 +95,27 @@ def gpu_table(run: RunData) -> Table | None:
     )
 
 
-def make_report(run_dir: Path, charts: bool = True, files: RunFiles | None = None) -> Report:
-    """Read the run directory (unless ``files`` holds it read) and build the report
-    (nothing is written)."""
+def make_report(run_dir: Path, charts: bool = True, analysis: Analysis | None = None) -> Report:
+    """Build the report from the run's analysis (``analyze``d here unless given; nothing
+    is written). The reader's order: verdict, the capacity answer and its chart, the
+    headline, the charts; per-user, per-round and phase tables, the GPU table,
+    definitions and fingerprint folded at the end."""
     from stress.report import charts as charts_mod
 
-    run = load_run(run_dir, files)
+    analysis = analysis or analyze(run_dir)
+    run = analysis.run
     tables = [per_user(run), per_round(run)]
     phase = per_phase(run)
     if phase is not None:
         tables.append(phase)
     gt = gpu_table(run)
-    if gt is not None:
-        tables.append(gt)
     chart_list = charts_mod.all_charts(run) if charts else []
+    capacity = capacity_section(analysis, charts_mod.seconds(run), charts=charts)
     sections = [
+        capacity,
         Section("charts", "Charts", charts=chart_list),
-        Section("tables", "Per user, per round, phases", tables=tables),
-        capacity_section(run),
+        *([Section("gpus", "GPUs", tables=[gt])] if gt is not None else []),
+        Section("tables", "Per user, per round, phases", tables=tables, folded=True),
     ]
     fp = fingerprint(run)
     fp_table = Table(
@@ -117,22 +124,23 @@ def make_report(run_dir: Path, charts: bool = True, files: RunFiles | None = Non
     return Report(
         run_id=run.run_id,
         scenario=run.scenario_name,
-        verdict=make_verdict(run),
+        verdict=analysis.verdict,
         headline=headline_table(run),
         definitions=list(DEFINITIONS),
         sections=sections,
         fingerprint=fp_table,
-        charts=chart_list,
+        charts=capacity.charts + chart_list,
+        capacity=analysis.capacity.sentence,
     )
 
 
-def build_report(run_dir: Path, files: RunFiles | None = None) -> tuple[Report, Path, Path]:
+def build_report(run_dir: Path, analysis: Analysis | None = None) -> tuple[Report, Path, Path]:
     """Build the report and write ``report.md`` and ``report.html`` into the run dir."""
     from stress.report.render_html import render_html
     from stress.report.render_md import render_md
     from stress.secrets import REDACTOR
 
-    report = make_report(run_dir, files=files)
+    report = make_report(run_dir, analysis=analysis)
     md_path = run_dir / "report.md"
     html_path = run_dir / "report.html"
     chart_dir = run_dir / CHART_DIR
@@ -147,7 +155,10 @@ def build_report(run_dir: Path, files: RunFiles | None = None) -> tuple[Report, 
 
 def terminal_headline(report: Report) -> str:
     """The verdict and headline table for the terminal."""
-    lines = [report.verdict.summary, *("  " + i for i in report.verdict.items)]
+    lines = [report.verdict.summary]
+    if report.capacity:
+        lines.append(f"capacity: {report.capacity}")
+    lines += ["  " + i for i in report.verdict.items]
     lines += [f"  WARNING: {w}" for w in report.verdict.warnings]
     t = report.headline
     widths = [max(len(r[i]) for r in [t.columns, *t.rows]) for i in range(len(t.columns))]

@@ -15,14 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from stress.analysis import figures
+from stress.analysis.capacity import Limits, pool_tokens
+from stress.analysis.causes import working_set
 from stress.analysis.rundata import Record, RunData
-from stress.report.capacity import (
-    Slo,
-    bucket_step,
-    conv_len,
-    pool_tokens,
-    working_set,
-)
 from stress.report.model import Chart
 from stress.report.series import energy_per_token, gpu_series, server_series
 
@@ -64,55 +59,25 @@ def to_svg(fig: Figure, chart_id: str) -> str:
     return svg.replace("<svg ", f'<svg role="img" aria-label="{chart_id}" ', 1)
 
 
+def simulated(run: RunData) -> bool:
+    """A time-scaled simulator run: its times are simulated seconds (``load_run``)."""
+    return run.files.time_scale != 1.0
+
+
+def seconds(run: RunData) -> str:
+    """The unit of a duration axis: ``s``, or ``simulated s``."""
+    return "simulated s" if simulated(run) else "s"
+
+
 def time_unit(run: RunData) -> tuple[float, str]:
     """Minutes for long runs, seconds for short ones: (divisor, axis label)."""
+    clock = "simulated " if simulated(run) else ""
     if run.duration_s >= 300:
-        return 60.0, "minutes into the run"
-    return 1.0, "seconds into the run"
+        return 60.0, f"{clock}minutes into the run"
+    return 1.0, f"{clock}seconds into the run"
 
 
-def by_length(run: RunData, slo: Slo) -> Chart | None:
-    recs = [
-        r for r in run.main if r.get("outcome") in figures.GENERATED and r.get("ttft_s") is not None
-    ]
-    if not recs:
-        return None
-    step = bucket_step(max(conv_len(r) for r in recs))
-    buckets: dict[int, list[dict[str, Any]]] = {}
-    for r in recs:
-        buckets.setdefault(int(conv_len(r) // step), []).append(r)
-    keys = sorted(buckets)
-    x = np.array([(k + 0.5) * step / 1000 for k in keys])
-    ttft_mean = [np.mean([r["ttft_s"] for r in buckets[k]]) for k in keys]
-    ttft_p95 = [np.percentile([r["ttft_s"] for r in buckets[k]], 95) for k in keys]
-    dec = [
-        np.median(d)
-        if (d := [r["decode_tok_s"] for r in buckets[k] if r.get("decode_tok_s")])
-        else np.nan
-        for k in keys
-    ]
-    plt = _plt()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.2))
-    a1.plot(x, ttft_mean, "o-", label="mean")
-    a1.plot(x, ttft_p95, "s--", label="p95")
-    if slo.ttft_p95_s:
-        a1.axhline(slo.ttft_p95_s, color="red", lw=1, label="SLO p95")
-    a1.set(xlabel="conversation length (k tokens)", ylabel="TTFT (s)", title="TTFT")
-    a1.legend()
-    a2.plot(x, dec, "o-", color="tab:green", label="p50")
-    if slo.decode_p50_tok_s:
-        a2.axhline(slo.decode_p50_tok_s, color="red", lw=1, label="SLO p50")
-    a2.set(xlabel="conversation length (k tokens)", ylabel="tok/s", title="Decode speed")
-    a2.legend()
-    return Chart(
-        "ttft-decode-by-length",
-        "TTFT and decode speed by conversation length",
-        to_svg(fig, "ttft-decode-by-length"),
-        f"Buckets of {step:,} tokens; non-warm-up requests that generated text.",
-    )
-
-
-def ttft_over_time(run: RunData, slo: Slo) -> Chart | None:
+def ttft_over_time(run: RunData, slo: Limits) -> Chart | None:
     recs = [r for r in run.requests if r.get("ttft_s") is not None]
     if not recs:
         return None
@@ -130,9 +95,9 @@ def ttft_over_time(run: RunData, slo: Slo) -> Chart | None:
                 label=label,
                 rasterized=len(recs) > RASTER_ABOVE,
             )
-    if slo.ttft_p95_s:
-        ax.axhline(slo.ttft_p95_s, color="red", lw=1, label="SLO p95")
-    ax.set(xlabel=xlabel, ylabel="TTFT (s)")
+    if slo.ttft_s:
+        ax.axhline(slo.ttft_s, color="red", lw=1, label="SLO p95")
+    ax.set(xlabel=xlabel, ylabel=f"TTFT ({seconds(run)})")
     ax.legend(loc="upper left")
     return Chart("ttft-over-time", "TTFT over time", to_svg(fig, "ttft-over-time"))
 
@@ -178,7 +143,7 @@ def preemptions(run: RunData) -> Chart | None:
     ax.bar(ss.t / div, ss.preemptions, width=ss.window_s / div * 0.9, color="tab:red")
     ax.set(
         xlabel=xlabel,
-        ylabel=f"per {ss.window_s:.0f} s",
+        ylabel=f"per {ss.window_s:.0f} {seconds(run)}",
         title=f"Preemptions (total {ss.preemptions.sum():,.0f})",
     )
     return Chart("preemptions-over-time", "Preemptions over time", to_svg(fig, "preemptions"))
@@ -272,7 +237,8 @@ def gpu(run: RunData) -> list[Chart]:
     axes[1].set(ylabel="°C", title="Temperature")
     axes[2].set(ylabel="MHz", title="SM clock", xlabel=xlabel)
     axes[0].legend(loc="lower right", fontsize=7)
-    out = [Chart("gpu-over-time", "GPU power, temperature and clocks", to_svg(fig, "gpu"))]
+    note = "This machine's cards as measured, on the simulated clock." if simulated(run) else ""
+    out = [Chart("gpu-over-time", "GPU power, temperature and clocks", to_svg(fig, "gpu"), note)]
     t_e, jpt = energy_per_token(run, cards)
     if np.isfinite(jpt).any():
         fig, ax = plt.subplots(figsize=(9, 2.6))
@@ -287,9 +253,8 @@ def gpu(run: RunData) -> list[Chart]:
 
 
 def all_charts(run: RunData) -> list[Chart]:
-    slo = Slo.of(run)
-    charts = [
-        by_length(run, slo),
+    slo = Limits.of(run)
+    charts = [  # by length and by load: the capacity chart (stress.report.capacity_chart)
         ttft_over_time(run, slo),
         cache_and_kv(run),
         preemptions(run),

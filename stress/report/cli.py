@@ -20,15 +20,15 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def report_main(args: argparse.Namespace) -> int:
-    from stress.analysis.runfiles import read_run_files
+    from stress.analysis.analyze import analyze
     from stress.report.build import build_report, terminal_headline
     from stress.summary import build_summary
 
     run_dir = Path(args.run_dir)
-    files = read_run_files(run_dir)  # read and checked once, for both outputs
-    build_summary(run_dir, files)  # summary.json stays the machine-readable record
+    analysis = analyze(run_dir)  # read, checked and analysed once, for every output
+    build_summary(run_dir, analysis)  # summary.json stays the machine-readable record
     try:
-        report, md, html = build_report(run_dir, files)
+        report, md, html = build_report(run_dir, analysis)
     except ImportError as e:
         raise StressError(
             f"cannot draw the report's charts ({e.name} missing) -- fix: reinstall stress "

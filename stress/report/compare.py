@@ -15,7 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from stress.analysis.rundata import RunData, load_run
+from stress.analysis import figures
+from stress.analysis.analyze import analyze
+from stress.analysis.rundata import RunData
 from stress.analysis.stats import (
     BOOTSTRAP_RESAMPLES,
     Difference,
@@ -25,6 +27,7 @@ from stress.analysis.stats import (
     welch,
 )
 from stress.fmt import num, pct
+from stress.report.archive import slo_cell, within_cell
 from stress.report.fingerprint import diff, fingerprint, group_key, server_unchanged
 from stress.report.headline import PER_REQUEST, aggregate_tok_s, cache_pairs, values
 from stress.report.model import Table
@@ -41,6 +44,8 @@ class Group:
 class Comparison:
     groups: list[Group]
     figures: Table
+    verdicts: Table
+    """Each run's verdict, SLO grades and capacity answer, as ``stress ls`` shows them."""
     fingerprints: Table
     notes: list[str]
     method: str
@@ -90,7 +95,8 @@ def _diff_cell(d: Difference, as_pct: bool = False) -> str:
 
 
 def compare(run_dirs: list[Path]) -> Comparison:
-    runs = [load_run(p) for p in run_dirs]
+    analyses = [analyze(p) for p in run_dirs]
+    runs = [a.run for a in analyses]
     groups, group_note = make_groups(runs)
     base = groups[0]
     columns = ["figure"] + [f"{g.label} (mean ± sd, n)" for g in groups]
@@ -174,9 +180,39 @@ def compare(run_dirs: list[Path]) -> Comparison:
             "The scenario changed but nothing the server reports did (version, effective "
             "config, KV pool, model): a changed flag may not have taken effect (field note 8)."
         )
+    label_of = {id(r): g.label for g in groups for r in g.runs}
+    verdicts = Table(
+        "Verdicts and capacity, run by run",
+        [
+            "run",
+            "group",
+            "verdict",
+            "SLO",
+            "within SLO up to",
+            "goodput",
+            "TTFT p95 s",
+            "decode p50 tok/s",
+        ],
+        [
+            [
+                a.run.run_id,
+                label_of[id(a.run)],
+                a.verdict.status,
+                slo_cell(a.verdict.slo),
+                within_cell(a.capacity),
+                pct(a.capacity.goodput),
+                num(figures.ttft_p95(a.run.requests)),
+                num(figures.decode_p50(a.run.requests)),
+            ]
+            for a in analyses
+        ],
+        note="The verdict and capacity answer of each run's own report (stress ls shows the same).",
+        id="verdicts",
+    )
     return Comparison(
         groups,
         Table("Headline figures", columns, rows, id="compare"),
+        verdicts,
         Table(
             "Fingerprint differences",
             ["what", *(g.label for g in groups)],
@@ -200,6 +236,7 @@ def render_compare_md(c: Comparison) -> str:
     out = ["# stress compare", ""]
     out += [f"- {n}" for n in c.notes]
     out += ["", *table_md(c.figures, "##"), f"_Method: {c.method}_", ""]
+    out += table_md(c.verdicts, "##")
     out += table_md(c.fingerprints, "##")
     return "\n".join(out).rstrip() + "\n"
 
@@ -215,6 +252,7 @@ def render_compare_html(c: Comparison) -> str:
         f"</title><style>{CSS}</style></head><body><h1>stress compare</h1><ul>{notes}</ul>"
         + table_html(c.figures, "h2")
         + f"<p class=note>Method: {escape(c.method)}</p>"
+        + table_html(c.verdicts, "h2")
         + table_html(c.fingerprints, "h2")
         + "</body></html>\n"
     )

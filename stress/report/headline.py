@@ -26,30 +26,10 @@ PER_REQUEST: tuple[tuple[str, str, str], ...] = (
     ("e2e_s", "e2e", "s"),
 )
 
-DEFINITIONS: tuple[tuple[str, str], ...] = (
-    ("TTFT", "first chunk carrying generated text (reasoning or content) - request sent"),
-    ("TTFC", "first chunk carrying answer content - request sent"),
-    ("decode tok/s", "(completion_tokens - 1) / (t_last_token - t_first_token)"),
-    ("e2e", "last byte - request sent (the client's queueing is reported separately)"),
-    (
-        "longest silence",
-        "max_gap_s: the longest gap between two chunks after the first token, per stream; "
-        "over every non-warm-up request that has one, failed ones (stalls) included",
-    ),
-    (
-        "aggregate output tok/s",
-        "completion tokens of non-warm-up requests / run duration; spread over time windows",
-    ),
-    ("prefix-cache hit (per request)", "cached_tokens / prompt_tokens, summed over requests"),
-    (
-        "cache retention",
-        "sum of min(cached_tokens, reusable_tokens) / sum of reusable_tokens (what this user "
-        "already sent), over requests with both known; below 1 = evicted, never above 1",
-    ),
-    ("server hit rate", "delta(prefix hits) / delta(prefix queries) from the server's counters"),
-    ("working set", "sum over users of their live conversation length (tokens) at a moment"),
-    ("spread", "sample standard deviation; n = number of samples; p = percentiles"),
+DEFINITIONS: tuple[tuple[str, str], ...] = tuple(
+    (f.name, f"{f.formula} (over {f.population})") for f in figures.FIGURES
 )
+"""The report's definitions: ``stress.analysis.figures.FIGURES``, as docs/metrics.md."""
 
 
 def values(records: list[Record], key: str) -> list[float]:

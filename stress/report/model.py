@@ -33,3 +33,5 @@ class Section:
     paragraphs: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     charts: list[Chart] = field(default_factory=list)
+    folded: bool = False
+    """Detail a reader opens on demand (HTML: a closed <details>; Markdown: at the end)."""

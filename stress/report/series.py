@@ -84,6 +84,8 @@ def _nan(v: object) -> float:
 
 
 def gpu_series(run: RunData) -> list[CardSeries]:
+    """Each card's readings over time, on the run's one clock (simulated seconds for a
+    time-scaled simulator run, like the requests: ``load_run`` rescales the samples)."""
     names = {str(c.get("key")): str(c.get("name") or c.get("key")) for c in run.gpu_cards}
     cards: dict[str, CardSeries] = {}
     for rec in run.gpu_samples:

@@ -9,16 +9,22 @@ Per-request events (a failed request, an empty reply, a stall) can come by the h
 when a server falls over, so at most ``REQUEST_LINES`` of them reach the log per
 ``REQUEST_WINDOW_S``; the rest are counted in one "... and K more" line. Run-level failures
 (the recorder, a collector, a user's task) are never held back.
+
+Times are on the snapshot's clock (simulated seconds in a time-scaled simulator run; the
+events come on the wall clock and are converted here); the flood window and the power
+samples stay wall-clock spans (``REQUEST_WINDOW_S`` and ``POWER_EVERY_S`` wall seconds).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
 from rich.text import Text
 
+from stress.analysis.runfiles import sim_seconds
 from stress.events import RunEvent
 from stress.live import REQUEST_EVENT_KINDS, Snapshot
 from stress.tui.format import gpu_cards, total_power
@@ -52,13 +58,21 @@ class Feed:
         self.warnings = 0
         self.hardware = 0
         self.power: deque[float] = deque(maxlen=POWER_HISTORY)
-        self._power_t = -POWER_EVERY_S
+        self._power_t = -math.inf
         self.stops = 0
         self.last_t: float | None = None
-        self._window_t = -REQUEST_WINDOW_S
+        self._window_t = -math.inf
         self._window_lines = 0
         self.held: Counter[str] = Counter()
         """Per-request events not shown in the current window, by kind."""
+        self._scale: float | None = None
+
+    @property
+    def time_scale(self) -> float:
+        """The snapshots' time scale, asked once (events can come before the first tick)."""
+        if self._scale is None:
+            self._scale = self.snapshot().time_scale
+        return self._scale
 
     # --- from the run ----------------------------------------------------------------
 
@@ -70,14 +84,15 @@ class Feed:
         if ev.severity == "error" and (ev.source == "gpu" or ev.kind in HARDWARE_KINDS):
             self.hardware += 1
         if per_request:
-            if ev.t >= self._window_t + REQUEST_WINDOW_S:
+            t = sim_seconds(ev.t, self.time_scale)
+            if t >= self._window_t + sim_seconds(REQUEST_WINDOW_S, self.time_scale):
                 self._release_held()
-                self._window_t, self._window_lines = ev.t, 0
+                self._window_t, self._window_lines = t, 0
             if self._window_lines >= REQUEST_LINES:
                 self.held[ev.kind] += 1
                 return
             self._window_lines += 1
-        self._push(event_text(ev))
+        self._push(event_text(ev, self.time_scale))
 
     def add_line(self, text: str) -> None:
         self._push(message_text(self.last_t, text))
@@ -97,8 +112,10 @@ class Feed:
     # --- from the app ----------------------------------------------------------------
 
     def drain(self) -> list[Text]:
-        if self.held and (self.last_t or 0.0) >= self._window_t + REQUEST_WINDOW_S:
-            self._release_held()
+        if self.held:
+            window = sim_seconds(REQUEST_WINDOW_S, self.time_scale)
+            if (self.last_t or 0.0) >= self._window_t + window:
+                self._release_held()
         lines = list(self.pending)
         self.pending.clear()
         if self.dropped:
@@ -107,16 +124,19 @@ class Feed:
         return lines
 
     def sample(self, s: Snapshot) -> None:
-        """Note the time and, once a second, the total GPU power."""
-        self.last_t = s.t
-        if s.t - self._power_t >= POWER_EVERY_S:
+        """Note the time and, once a (wall) second, the total GPU power."""
+        self.last_t, self._scale = s.t, s.time_scale
+        if s.t - self._power_t >= sim_seconds(POWER_EVERY_S, s.time_scale):
             watts = total_power(gpu_cards(s.collectors.get("gpu")))
             if watts is not None:
                 self.power.append(watts)
                 self._power_t = s.t
 
     def verdict(self, s: Snapshot) -> Verdict:
-        return judge(s, self.kinds, self.warnings, self.hardware)
+        slo = self.header.get("slo")
+        return judge(
+            s, self.kinds, self.warnings, self.hardware, slo if isinstance(slo, dict) else None
+        )
 
     def stop(self) -> str:
         """First press: graceful stop. Second: cancel in flight. Returns what to show."""

@@ -6,20 +6,24 @@ builds a real simulator run and reads the figures from every output."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import orjson
 import pytest
 
 from stress.analysis import figures
-from stress.analysis.rundata import load_run
+from stress.analysis.analyze import analyze
+from stress.fmt import times
 from stress.live import Live, Snapshot
 from stress.record import RequestRecord
 from stress.report.archive import row_for
 from stress.report.build import Report, make_report
 from stress.report.capacity import capacity_section
+from stress.report.compare import compare
 from stress.report.model import Table
 from stress.summary import build_summary
+from stress.tui.verdict import judge
 from tests.report.synth import gpu_records, manifest, request, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,7 +172,7 @@ def test_kv_pool_disagreement(tmp_path: Path) -> None:
         for r in range(1, 4)
     ]
     d = write_run(tmp_path, man, reqs, server=[{"t": 1.0, "up": True, "values": {}}])
-    text = " ".join(capacity_section(load_run(d)).paragraphs)
+    text = " ".join(capacity_section(analyze(d), charts=False).paragraphs)
     assert "did not report its KV pool" not in text
     assert "against a KV pool of" in text
     assert build_summary(d)["server"]["kv_pool_tokens"] == 524_288
@@ -179,10 +183,12 @@ def test_kv_pool_disagreement(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_every_output_shows_the_same_figures(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A simulator run through the real engine: summary.json, the report, ``stress ls``
-    and the live view's last snapshot agree on TTFT p95, retention and output tokens."""
+    """A simulator run through the real engine: the end-of-run terminal summary,
+    summary.json, the report (both renderings), ``stress ls``, ``stress compare`` and the
+    live view's last snapshot with its TUI badge agree on the verdict, the SLO grade and
+    its factor, the capacity answer, TTFT p95, retention and output tokens."""
     import stress.run
     from stress.run import execute
     from stress.scenario import load_scenario
@@ -190,8 +196,8 @@ async def test_every_output_shows_the_same_figures(
     lives: list[Live] = []
 
     class KeptLive(Live):
-        def __init__(self, n_users: int) -> None:
-            super().__init__(n_users)
+        def __init__(self, n_users: int, time_scale: float = 1.0) -> None:
+            super().__init__(n_users, time_scale)
             lives.append(self)
 
     monkeypatch.setattr(stress.run, "Live", KeptLive)
@@ -201,7 +207,7 @@ name: one_place
 target: {{url: sim, sim: {{kv_tokens: 6000, time_scale: 20, seed: 3,
   reply_tokens_min: 16, reply_tokens_max: 40}}}}
 users: {{count: 3, ramp_up: 1s, think_time: {{min: 0.5s, max: 1s}}}}
-duration: 60s
+duration: 90s
 conversation:
   cache: per_user
   ceiling_tokens: 5000
@@ -214,19 +220,53 @@ telemetry: {{interval: 0.5s}}
 slo: {{ttft_p95: 0.001s}}
 """)
     outcome = await execute(load_scenario(p), tmp_path / "out")
+    terminal = capsys.readouterr().out
     d = outcome.run_dir
     summary = orjson.loads((d / "summary.json").read_bytes())
     snap: Snapshot = lives[0].snapshot(0.0)
     overall = summary["overall"]
-    assert summary["warmup_requests"] > 0 and overall["requests"] >= 6
+    assert summary["warmup_requests"] > 0 and overall["requests"] >= 20
 
     p95 = overall["ttft_s"]["p95"]
     assert p95 is not None
     report = make_report(d, charts=False)
-    assert row_for(d).ttft_p95_s == p95
+    row = row_for(d)
+    assert row.ttft_p95_s == p95
     headline = next(r for r in report.headline.rows if r[0].startswith("TTFT"))
     assert headline[3] == f"{p95:.3g}" or float(headline[3]) == pytest.approx(p95, rel=5e-3)
-    assert f"SLO missed: TTFT p95 {p95:.3g} s" in " ".join(report.verdict.items)
+
+    # one verdict and one SLO grade, everywhere
+    verdict = summary["verdict"]
+    (check,) = verdict["slo"]
+    assert check["value"] == p95 and check["status"] == "MISSED" and check["factor"] > 2
+    status, factor = verdict["status"], times(check["factor"])
+    assert status == "FAIL"  # missed by far more than 2x
+    assert f"verdict: {verdict['summary']}" in terminal
+    assert f"TTFT p95 MISSED {factor}" in verdict["summary"]
+    assert report.verdict.status == status and report.verdict.summary == verdict["summary"]
+    assert f"SLO: {check['text']}." in report.verdict.items
+    assert row.verdict == status and row.slo == f"TTFT p95 MISSED {factor}"
+    comparison = compare([d, d])
+    for cells in comparison.verdicts.rows:
+        assert cells[2:5] == [status, row.slo, row.within_slo]
+        assert cells[6] == f"{p95:.3g}"
+    badge = judge(snap, Counter(), 0, 0, {"ttft_p95": 0.001})
+    assert badge.level == "bad" and f"TTFT p95 {factor} SLO" in badge.reasons
+    assert snap.ttft_p95_run == pytest.approx(p95)
+
+    # one capacity answer, everywhere
+    sentence = summary["capacity"]["sentence"]
+    assert f"capacity: {sentence}" in terminal
+    assert report.capacity == sentence
+    assert (
+        report.sections[0].id == "capacity" and report.sections[0].paragraphs[0] == sentence + "."
+    )
+    from stress.report.render_html import render_html
+    from stress.report.render_md import render_md
+
+    html, md = render_html(report), render_md(report)
+    assert html.index("Capacity:") < html.index('id="headline"')
+    assert f"**Capacity:** {sentence}." in md
 
     ret = overall["cache_retention"]
     assert ret is not None and 0.0 < ret <= 1.0
@@ -240,3 +280,19 @@ slo: {{ttft_p95: 0.001s}}
 
     assert snap.output_tokens == overall["completion_tokens"] > 0
     assert summary["gpu"] is None or summary["gpu"].get("j_per_token") is None
+
+
+def test_docs_table_of_figures_is_generated_from_the_one_table() -> None:
+    """docs/metrics.md and the report's definitions come from ``figures.FIGURES``."""
+    from stress.report.headline import DEFINITIONS
+
+    docs = (ROOT / "docs" / "metrics.md").read_text()
+    start = docs.index("python -m stress.analysis.figures -->\n") + len(
+        "python -m stress.analysis.figures -->\n"
+    )
+    end = docs.index("<!-- end generated -->")
+    assert docs[start:end] == figures.definitions_markdown(), (
+        "docs/metrics.md is out of date: regenerate its table with "
+        "`python -m stress.analysis.figures`"
+    )
+    assert [name for name, _ in DEFINITIONS] == [f.name for f in figures.FIGURES]

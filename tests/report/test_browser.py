@@ -30,7 +30,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 EXPECTED_CHARTS = (
-    "ttft-decode-by-length",
+    "capacity",
     "ttft-over-time",
     "cache-kv-over-time",
     "preemptions-over-time",
@@ -154,6 +154,11 @@ def test_report_html_in_headless_chromium(tmp_path: Path) -> None:
         # server-supplied text stays text: no injected element exists
         assert page.locator("script").count() == 0
         assert page.locator("body img").count() == 0
+        # the detail is folded at the end: closed until the reader opens it
+        assert page.locator("#capacity").is_visible()
+        assert not page.locator("#fingerprint-section table").is_visible()
+        page.locator("#fingerprint-section summary").click()
+        assert page.locator("#fingerprint-section table").is_visible()
         assert (
             "<img src=http://example.invalid/x.png>"
             in page.locator("#fingerprint-section").inner_text()

@@ -96,7 +96,7 @@ def test_files_charts_and_self_containment(tmp_path: Path) -> None:
     report, md, html = build_report(d)
     ids = [c.id for c in report.charts]
     assert ids == [
-        "ttft-decode-by-length",
+        "capacity",
         "ttft-over-time",
         "cache-kv-over-time",
         "preemptions-over-time",
@@ -118,7 +118,7 @@ def test_files_charts_and_self_containment(tmp_path: Path) -> None:
     assert "## Verdict: PASS" in text and "## Fingerprint" in text
     assert "NVIDIA RTX 3090 bus 0000:01:00.0 driver 570.86" in text
     assert "**TTFT**: first chunk carrying generated text" in text
-    gpus = next(t for t in report.sections[1].tables if t.id == "gpus")
+    gpus = next(t for s in report.sections for t in s.tables if t.id == "gpus")
     assert gpus.rows[0][2] == "200" and gpus.rows[0][7] == "48.8%"
     # 2 cards x 200 W x 40 s = 16,000 J over 5 x 80 output tokens
     assert "40 J per output token" in gpus.note
@@ -139,7 +139,7 @@ def test_phase_table_for_sweeps(tmp_path: Path) -> None:
     ]
     reqs[0]["phase"] = "ctx-15k"
     report = make_report(write_run(tmp_path, manifest(users=1), reqs), charts=False)
-    phases = next(t for t in report.sections[1].tables if t.id == "phases")
+    phases = next(t for s in report.sections for t in s.tables if t.id == "phases")
     assert [r[0] for r in phases.rows] == ["ctx-15k (warm-up, excluded)", "ctx-15k", "ctx-60k"]
     assert _row(report.headline.rows, "TTFT (s)")[-1] == "2"
 

@@ -94,7 +94,7 @@ def test_report_cli_on_a_simulator_run(
     for cid in ("ttft-over-time", "cache-kv-over-time", "retention-per-user"):
         assert f'id="chart-{cid}"' in html
     md = (run_dir / "report.md").read_text()
-    assert "server.kv_pool_tokens | 262144" in md and "TTFT p95 SLO 2 s" in md
+    assert "server.kv_pool_tokens | 262144" in md and "vs SLO 2 s: MET" in md
 
 
 @pytest.mark.slow

@@ -39,8 +39,12 @@ def test_verdict_levels() -> None:
     )
     assert judge(clean, Counter(), 0, 0).level == "ok"
     empty = replace(clean, outcomes={**clean.outcomes, "empty": 2})
-    assert judge(empty, Counter(), 0, 0).reasons == ("2 empty",)
+    assert judge(empty, Counter(), 0, 0).reasons == ("2 empty/cut",)
     v = judge(clean, Counter({"restart": 1, "hang_suspected": 1}), 0, 1)
-    assert v.level == "bad" and v.reasons == ("1 restart", "hang", "1 hw error")
+    assert v.level == "bad" and v.reasons == ("hang now", "1 restart", "1 hw error")
     healed = judge(clean, Counter({"hang_suspected": 1, "hang_cleared": 1}), 0, 0)
-    assert healed.level == "warn"
+    assert healed.level == "bad" and healed.reasons == ("1 hang",)  # as the verdict counts it
+    few = replace(clean, outcomes={**clean.outcomes, "ok": 995, "error": 5})
+    assert judge(few, Counter(), 0, 0).level == "warn"  # 0.5% failed: under slo.error_rate
+    many = replace(clean, outcomes={**clean.outcomes, "ok": 95, "error": 5})
+    assert judge(many, Counter(), 0, 0).reasons == ("5 errors (5.0%)",)

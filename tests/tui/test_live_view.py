@@ -116,5 +116,34 @@ async def test_request_event_flood_is_summarised_and_run_failures_shown_at_once(
         assert app.last is not None
         verdict = app.feed.verdict(app.last)
         assert verdict.level == "bad"
-        assert verdict.reasons == ("recorder failed", "1 collector failed")
+        assert verdict.reasons == ("recorder failed", "1 dead collector")
         assert "recorder failed" in app.query_one(RunHeader)._badge
+
+
+async def test_a_time_scaled_run_shows_simulated_seconds_and_says_so() -> None:
+    run = Run(live=Live(4, time_scale=10.0))  # the run clock, records and events: wall seconds
+    run.send(0, t_start=10.0)
+    silent = run.send(1, t_start=5.0)
+    silent.ttft_s, silent.chunks_content, silent.t_last_byte = 1.0, 30, 8.0
+    run.live.set_state(3, "thinking", until=26.0)
+    run.sink.on_event(RunEvent(3.0, "preflight", "server said something", "warning"))
+    for i in range(20):  # a flood still shows REQUEST_LINES per wall second, not per sim second
+        run.sink.on_event(RunEvent(10.0 + i / 100, "request_failed", f"HTTP 503 #{i}", "warning"))
+    app = run.app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.tick()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "3:20 / 10:00:00 (9:56:40 left) · simulated time x10" in text
+        assert "1st token 100s" in user_line(text, 0) and "silent 120s" in user_line(text, 1)
+        assert "thinking 60s" in user_line(text, 3)
+        assert "0:30 engine WARN server said something" in text
+        assert "1:40 engine WARN HTTP 503 #0" in text
+        assert sum(1 for line in text.splitlines() if "HTTP 503 #" in line) == REQUEST_LINES
+    plain = Run()
+    app = plain.app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        app.tick()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "0:20 / 1:00:00 (59:40 left) · requests" in text and "simulated" not in text

@@ -1,6 +1,7 @@
 """The event log: errors, empty replies, stalls, preemption bursts, restarts, hangs, warnings.
 
-Each line has the run time, the user (when there is one), the severity and the message.
+Each line has the run time (simulated seconds in a time-scaled simulator run), the user
+(when there is one), the severity and the message.
 Run-level failures (the recorder cannot write, a collector or a user's task died) are
 labelled ``FAIL`` in reverse red. The log keeps a bounded number of lines; the full record
 is ``events.jsonl``.
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 from rich.text import Text
 from textual.widgets import RichLog
 
+from stress.analysis.runfiles import sim_seconds
 from stress.events import RunEvent
 from stress.live import RUN_FAILURE_KINDS
 from stress.secrets import REDACTOR
@@ -23,8 +25,9 @@ SEVERITY_LABEL = {"info": "info", "warning": "WARN", "error": "ERR"}
 SEVERITY_STYLE = {"info": "dim", "warning": "yellow", "error": "bold red"}
 
 
-def event_text(ev: RunEvent) -> Text:
-    t = Text(f"{f.clock(ev.t):>7} ", style="dim")
+def event_text(ev: RunEvent, time_scale: float = 1.0) -> Text:
+    """One log line; ``time_scale`` puts the event's (wall) time on the snapshot's clock."""
+    t = Text(f"{f.clock(sim_seconds(ev.t, time_scale)):>7} ", style="dim")
     t.append(f"{'u' + str(ev.user) if ev.user is not None else ev.source:<6} ")
     style = SEVERITY_STYLE.get(ev.severity, "")
     label = SEVERITY_LABEL.get(ev.severity, ev.severity[:4])

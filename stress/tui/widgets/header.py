@@ -1,4 +1,8 @@
-"""Run header: what is being tested, where the run stands, and the verdict badge."""
+"""Run header: what is being tested, where the run stands, and the verdict badge.
+
+A time-scaled simulator run is shown in simulated seconds (the snapshot's clock); the
+progress line says so next to the elapsed time (``simulated time x60``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
+from stress.analysis.runfiles import sim_seconds
 from stress.live import Snapshot
 from stress.tui import format as f
 from stress.tui.verdict import Verdict
@@ -37,11 +42,15 @@ def progress_line(header: dict[str, Any], s: Snapshot, compact: bool = False) ->
     """Phase, time, totals; ``compact`` drops the words an 80-column terminal can't fit."""
     t = Text()
     t.append(f" {s.phase} ", style=f"reverse {PHASE_STYLE.get(s.phase, 'white')}")
-    duration = header.get("duration_s")
+    duration = header.get("duration_s")  # the engine's (wall) seconds
     t.append(f" {f.clock(s.t)}")
     if isinstance(duration, int | float) and duration > 0:
+        duration = sim_seconds(duration, s.time_scale)
         left = f.clock(max(0.0, duration - s.t))
         t.append(f"/{f.clock(duration)}" if compact else f" / {f.clock(duration)} ({left} left)")
+    if s.clock_label:
+        label = f"sim x{s.time_scale:g}" if compact else s.clock_label
+        t.append(f" {label}" if compact else f" · {label}", style="bold magenta")
     rounds = header.get("rounds")
     if compact:
         t.append(f" · req {s.rounds_done}")

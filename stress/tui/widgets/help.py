@@ -31,6 +31,9 @@ HELP = """\
   stall          this user's requests that stalled or never got a first token
   (narrow terminals leave out retain, rnd, conv tok... rather than cut rows)
 
+A time-scaled simulator run shows simulated seconds everywhere (times, ages,
+tok/s); the header says so: simulated time x60.
+
 Quitting never loses the run: the files are written either way.
 """
 

@@ -1,0 +1,33 @@
+"""One analysis of one run: read the files once, decide every figure, verdict and answer.
+
+``analyze(run_dir)`` is the single pipeline every output starts from: ``summary.json`` and
+the end-of-run terminal summary (``stress.summary``), the report (``stress.report``),
+``stress ls`` and ``stress compare``. None of them re-reads the files or re-decides a
+figure, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from stress.analysis.capacity import CapacityAnswer, capacity_answer
+from stress.analysis.judge import Verdict, make_verdict
+from stress.analysis.rundata import RunData, load_run
+from stress.analysis.runfiles import RunFiles
+
+
+@dataclass(slots=True)
+class Analysis:
+    run: RunData
+    verdict: Verdict
+    capacity: CapacityAnswer
+
+
+def analyze(run_dir: Path, files: RunFiles | None = None) -> Analysis:
+    """Read ``run_dir`` (unless ``files`` holds it read) and analyse it.
+
+    ``RunDirError`` (one line) when the run's files are damaged beyond use."""
+    run = load_run(run_dir, files)
+    verdict = make_verdict(run)
+    return Analysis(run, verdict, capacity_answer(run, verdict.slo))
