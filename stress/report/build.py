@@ -48,14 +48,32 @@ class Report:
 
 
 def gpu_table(run: RunData) -> Table | None:
+    """Per card, named as everywhere (``card_label``): power, temperature, clock, the
+    share of samples throttled and by which reasons, and whether the card sat idle while
+    the others worked (the GPU collector's flag, carried from the run)."""
     cards = gpu_series(run)
     if not cards:
         return None
+    collected = {
+        str(c.get("key")): c
+        for c in (run.collector("gpu").get("cards") or [])
+        if isinstance(c, dict)
+    }
     rows = []
     for c in cards:
         p = np.asarray(c.power_w)
         t = np.asarray(c.temp_c)
         s = np.asarray(c.sm_mhz)
+        n = len(c.throttled)
+        reasons = ", ".join(f"{k} {pct(v / n)}" for k, v in c.throttle_reasons.most_common() if n)
+        info = collected.get(c.key) or {}
+        idle_s = info.get("idle_while_others_work_s")
+        if info.get("flagged_idle"):
+            idle = f"yes, {num(float(idle_s or 0.0))} s"
+        elif info:
+            idle = "no"
+        else:
+            idle = "-"  # a run killed before the collector's summary
         rows.append(
             [
                 c.label,
@@ -65,7 +83,9 @@ def gpu_table(run: RunData) -> Table | None:
                 num(c.power_limit_w),
                 num(float(np.nanmax(t))) if np.isfinite(t).any() else "-",
                 num(float(np.nanmean(s))) if np.isfinite(s).any() else "-",
-                pct(sum(c.throttled) / len(c.throttled) if c.throttled else None),
+                pct(sum(c.throttled) / n if n else None),
+                reasons or "none",
+                idle,
             ]
         )
     energy = total_energy_j(run)
@@ -88,6 +108,8 @@ def gpu_table(run: RunData) -> Table | None:
             "temp max °C",
             "SM clock mean MHz",
             "throttled",
+            "throttle reasons (share of samples)",
+            "idle while others work",
         ],
         rows,
         note=note + ".",

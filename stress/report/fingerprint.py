@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from stress.analysis.rundata import RunData
+from stress.collectors.gpu.model import card_label
 
 #: What the pre-flight probe learnt from the server itself (never its URL or port).
 PROBE_KEYS = (
@@ -80,7 +81,8 @@ def fingerprint(run: RunData) -> dict[str, str]:
     for i, c in enumerate(run.gpu_cards):
         pcie = c.get("pcie") or {}
         out[f"gpu[{i}]"] = (
-            f"{c.get('name')} bus {c.get('bus_id')} driver {c.get('driver')} "
+            f"{card_label(c.get('name'), c.get('bus_id'))} bus {c.get('bus_id')} "
+            f"driver {c.get('driver')} "
             f"power limit {c.get('power_limit_w')} W PCIe gen{pcie.get('gen_max')} "
             f"x{pcie.get('width')}/x{pcie.get('width_max')}"
         )

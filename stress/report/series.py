@@ -7,6 +7,7 @@ against tokens generated (the run's total: ``stress.analysis.figures.energy_j``)
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy.typing as npt
 
 from stress.analysis import figures
 from stress.analysis.rundata import RunData
+from stress.collectors.gpu.model import card_label
 
 FloatArray = npt.NDArray[np.float64]
 THROTTLING = frozenset(
@@ -76,6 +78,8 @@ class CardSeries:
     sm_mhz: list[float] = field(default_factory=list)
     energy_j: list[float] = field(default_factory=list)
     throttled: list[bool] = field(default_factory=list)
+    throttle_reasons: Counter[str] = field(default_factory=Counter)
+    """Samples in which each throttle reason was active."""
     power_limit_w: float | None = None
 
 
@@ -86,20 +90,22 @@ def _nan(v: object) -> float:
 def gpu_series(run: RunData) -> list[CardSeries]:
     """Each card's readings over time, on the run's one clock (simulated seconds for a
     time-scaled simulator run, like the requests: ``load_run`` rescales the samples)."""
-    names = {str(c.get("key")): str(c.get("name") or c.get("key")) for c in run.gpu_cards}
+    names = {str(c.get("key")): card_label(c.get("name"), c.get("bus_id")) for c in run.gpu_cards}
     cards: dict[str, CardSeries] = {}
     for rec in run.gpu_samples:
         for c in rec.get("cards") or []:
             key = str(c.get("key"))
             s = cards.get(key)
             if s is None:
-                s = cards[key] = CardSeries(key, f"{names.get(key, key)} ({key[-8:]})")
+                s = cards[key] = CardSeries(key, names.get(key) or card_label(c.get("name"), key))
             s.t.append(float(c.get("t", rec.get("t", 0.0))))
             s.power_w.append(_nan(c.get("power_w")))
             s.temp_c.append(_nan(c.get("temp_c")))
             s.sm_mhz.append(_nan(c.get("sm_mhz")))
             s.energy_j.append(_nan(c.get("energy_j")))
-            s.throttled.append(bool(THROTTLING & set(c.get("throttle") or [])))
+            reasons = set(c.get("throttle") or [])
+            s.throttled.append(bool(THROTTLING & reasons))
+            s.throttle_reasons.update(reasons & THROTTLING)
             if c.get("power_limit_w") is not None:
                 s.power_limit_w = float(c["power_limit_w"])
     return list(cards.values())

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from stress.collectors.gpu.model import short_bus
+
 DASH = "-"
 BLOCKS = "▁▂▃▄▅▆▇█"
 
@@ -114,7 +116,8 @@ def gpu_cards(live: object) -> list[dict[str, Any]]:
 
 
 def card_cells(card: Mapping[str, Any], index: int) -> tuple[str, ...]:
-    """One GPU row: id, name, util, power/limit, temp, SM clock, memory, throttle, energy."""
+    """One GPU row: short PCI address (as ``card_label`` names it), name, util,
+    power/limit, temp, SM clock, memory, throttle, energy."""
     util, power, limit = num(card, "util"), num(card, "power_w"), num(card, "power_limit_w")
     if power is None:
         power_s = DASH
@@ -133,7 +136,7 @@ def card_cells(card: Mapping[str, Any], index: int) -> tuple[str, ...]:
         throttle_s = DASH
     name = card.get("name")
     return (
-        str(index),
+        short_bus(card.get("bus_id")) or str(index),  # the address, never an index alone
         str(name) if name else DASH,
         pct(util, ratio=False),
         power_s,

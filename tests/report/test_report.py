@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import orjson
 import pytest
 
 from stress.analysis.rundata import load_run
@@ -116,10 +117,14 @@ def test_files_charts_and_self_containment(tmp_path: Path) -> None:
     text = md.read_text()
     assert text.startswith("# stress report: synthetic")
     assert "## Verdict: PASS" in text and "## Fingerprint" in text
-    assert "NVIDIA RTX 3090 bus 0000:01:00.0 driver 570.86" in text
+    assert "NVIDIA RTX 3090 [01:00.0] bus 0000:01:00.0 driver 570.86" in text
     assert "**TTFT**: first chunk carrying generated text" in text
     gpus = next(t for s in report.sections for t in s.tables if t.id == "gpus")
     assert gpus.rows[0][2] == "200" and gpus.rows[0][7] == "48.8%"
+    # one name per card everywhere (model + short PCI address), throttle reasons carried
+    assert gpus.rows[0][0] == "NVIDIA RTX 3090 [01:00.0]" and gpus.rows[0][0] in text
+    assert gpus.rows[0][8] == "sw_power_cap 48.8%"
+    assert gpus.rows[0][9] == "-"  # no collector summary in this run: unknown, not "no"
     # 2 cards x 200 W x 40 s = 16,000 J over 5 x 80 output tokens
     assert "40 J per output token" in gpus.note
 
@@ -149,3 +154,22 @@ def test_not_a_run_dir(tmp_path: Path) -> None:
 
     with pytest.raises(RunDirError, match="not a run directory"):
         make_report(tmp_path)
+
+
+def test_idle_card_flag_is_carried_from_the_run(tmp_path: Path) -> None:
+    """The GPU collector flagged a card idle while the others worked: the report says so
+    (it used to be visible only in the live view)."""
+    d = _basic(tmp_path, gpu=gpu_records(40.0, cards=2))
+    path = d / "manifest.json"
+    man = orjson.loads(path.read_bytes())
+    man["collectors"]["gpu"] = {
+        "available": True,
+        "cards": [
+            {"key": "GPU-0000-0000", "flagged_idle": False, "idle_while_others_work_s": 0.0},
+            {"key": "GPU-0000-0001", "flagged_idle": True, "idle_while_others_work_s": 31.5},
+        ],
+    }
+    path.write_bytes(orjson.dumps(man))
+    report = make_report(d, charts=False)
+    gpus = next(t for s in report.sections for t in s.tables if t.id == "gpus")
+    assert [r[-1] for r in gpus.rows] == ["no", "yes, 31.5 s"]

@@ -135,3 +135,19 @@ class HwEvent:
     """``xid``, ``ecc_dbe``, ``gpu_unavailable``, ``gpu_lost``..."""
     code: int
     message: str
+
+
+def short_bus(bus_id: object) -> str:
+    """'00000000:18:00.0' -> '18:00.0': the part of a PCI address that tells cards apart."""
+    bus = str(bus_id or "")
+    return (bus.split(":", 1)[1] if bus.count(":") >= 2 else bus).lower()
+
+
+def card_label(name: object, bus_id: object) -> str:
+    """How a GPU is named everywhere (report, fingerprint; the live view shows the same
+    two parts in its own columns): its model and its short PCI address, which tells two
+    cards of one model apart where an index would not (nvidia-smi and CUDA number cards
+    differently), e.g. 'NVIDIA H200 [18:00.0]'."""
+    short = short_bus(bus_id)
+    label = str(name or "GPU")
+    return f"{label} [{short}]" if short else label

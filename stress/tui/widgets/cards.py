@@ -15,7 +15,7 @@ from textual.widgets import DataTable
 from stress.tui import format as f
 
 COLUMNS = (
-    ("gpu", "gpu"),
+    ("gpu", "bus"),
     ("name", "name"),
     ("util", "util"),
     ("power", "power"),
@@ -27,7 +27,7 @@ COLUMNS = (
     ("flag", ""),
 )
 NAME_WIDTH = 18
-CARD_WIDTHS = {"gpu": 3, "name": 12, "util": 4, "power": 9, "temp": 5, "mem": 6, "throttle": 12}
+CARD_WIDTHS = {"gpu": 7, "name": 12, "util": 4, "power": 9, "temp": 5, "mem": 6, "throttle": 12}
 CARD_WIDTHS["energy"] = 7
 CARD_WIDTHS["flag"] = 4
 
