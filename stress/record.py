@@ -34,6 +34,12 @@ ErrorClass = Literal[
 ]
 
 
+SCHEMA_VERSION = 1
+"""The shape of a ``requests.jsonl`` line. Bump it when a field is renamed, removed or
+changes meaning (adding a field does not need it); readers refuse lines newer than the
+version they know (``stress.analysis.runfiles``) and read lines without one as version 0."""
+
+
 @dataclass(slots=True)
 class RequestRecord:
     user: int
@@ -41,6 +47,7 @@ class RequestRecord:
     round: int
     turn: int
     """Turn number within the conversation (1 = first)."""
+    schema_version: int = SCHEMA_VERSION
     phase: str = "main"
     warmup: bool = False
     t_sched: float = 0.0
@@ -82,3 +89,6 @@ class RequestRecord:
     conversation_tokens: int = 0
     paste_tokens: int = 0
     server_timings: dict[str, Any] | None = None
+    prefilled_tokens: int = 0
+    """Tokens of pre-built history (``conversation.start_tokens``) this request sends for
+    the first time, in the server's tokens (estimated); 0 when the history was grown."""

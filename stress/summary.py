@@ -19,6 +19,7 @@ import numpy as np
 from stress.analysis import figures
 from stress.analysis.analyze import Analysis, analyze
 from stress.analysis.checks import accounting_text, health_warnings, warnings_for
+from stress.analysis.rows import RequestRow
 from stress.analysis.runfiles import RunFiles
 from stress.errors import RunDirError
 from stress.record import OUTCOMES
@@ -57,7 +58,7 @@ def stats(values: list[float]) -> dict[str, float | int | None]:
     }
 
 
-def _group(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _group(records: list[RequestRow]) -> dict[str, Any]:
     outcomes = Counter(r.get("outcome", "error") for r in records)
     classes = Counter(r["error_class"] for r in records if r.get("error_class"))
     out: dict[str, Any] = {
@@ -72,11 +73,9 @@ def _group(records: list[dict[str, Any]]) -> dict[str, Any]:
             else figures.generated_values(records, m)
         )
     # every stream's longest silence, failed ones too: a stall is the point of this figure
-    out["max_gap_s"] = stats([r["max_gap_s"] for r in records if r.get("max_gap_s") is not None])
+    out["max_gap_s"] = stats(_gaps(records))
     out["answered"] = outcomes.get("ok", 0)
-    known = [r for r in records if r.get("cached_tokens") is not None and r.get("prompt_tokens")]
-    prompt = sum(r["prompt_tokens"] for r in known)
-    out["cached_share"] = (sum(r["cached_tokens"] for r in known) / prompt) if prompt else None
+    out["cached_share"] = figures.cached_share(records)
     out["cache_retention"] = figures.cache_retention(records)
     out["prompt_tokens"] = sum(r.get("prompt_tokens") or 0 for r in records)
     out["completion_tokens"] = figures.output_tokens(records)
@@ -88,18 +87,23 @@ def _group(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def stall_figures(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _gaps(records: list[RequestRow]) -> list[float]:
+    """Every stream's longest silence (``max_gap_s``) that was measured."""
+    return [float(g) for r in records if (g := r.get("max_gap_s")) is not None]
+
+
+def stall_figures(records: list[RequestRow]) -> dict[str, Any]:
     """Stalls (silence after the first token) and first-token timeouts, counted apart,
     and every stream's longest silence (``max_gap_s``) as a distribution."""
     classes = Counter(r.get("error_class") for r in records)
     return {
         "stall": classes.get("stall", 0),
         "first_token_timeout": classes.get("first_token_timeout", 0),
-        "max_gap_s": stats([r["max_gap_s"] for r in records if r.get("max_gap_s") is not None]),
+        "max_gap_s": stats(_gaps(records)),
     }
 
 
-def _phases(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _phases(records: list[RequestRow]) -> dict[str, Any]:
     """Per phase of a sweep (in run order): figures over its non-warm-up requests, with the
     warm-up requests counted but excluded, and the users that took part."""
     labels = list(dict.fromkeys(str(r.get("phase") or "main") for r in records))
@@ -115,11 +119,11 @@ def _phases(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _steps(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _steps(records: list[RequestRow]) -> dict[str, Any]:
     """Repeated phases (``name#1``, ``name#2``...) pooled per step: the mean and spread of
     the per-pass figures, so a sweep is judged on its passes, never on its best one
     (field note 6). Only steps with at least two passes appear."""
-    passes: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    passes: dict[str, dict[str, list[RequestRow]]] = {}
     for r in records:
         label = str(r.get("phase") or "main")
         if "#" not in label or r.get("warmup"):
@@ -143,7 +147,7 @@ def _steps(records: list[dict[str, Any]]) -> dict[str, Any]:
                 ("decode_p50_tok_s", "decode_tok_s"),
                 ("e2e_p50_s", "e2e_s"),
             ):
-                vals = [r[field] for r in ok if r.get(field) is not None]
+                vals = figures.generated_values(ok, field)
                 if vals:
                     per_pass[key].append(float(np.median(vals)))
             start = min(r.get("t_start", 0.0) for r in rows)
@@ -164,7 +168,7 @@ def _steps(records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _server_section(files: RunFiles, records: list[dict[str, Any]]) -> dict[str, Any]:
+def _server_section(files: RunFiles, records: list[RequestRow]) -> dict[str, Any]:
     """The server's own figures (from the metrics collector) plus the hit rate by round
     from the per-request cached tokens, and the KV pool as the report reads it."""
     manifest = files.manifest
@@ -175,13 +179,14 @@ def _server_section(files: RunFiles, records: list[dict[str, Any]]) -> dict[str,
     for key in ("kind", "version", "context_length", "kv_pool_tokens", "slots"):
         if probe.get(key) is not None:
             out.setdefault(f"probe_{key}", probe[key])
-    by_round: dict[int, list[int]] = {}
+    by_round: dict[int, list[RequestRow]] = {}
     for r in records:
-        if r.get("cached_tokens") is not None and r.get("prompt_tokens"):
-            acc = by_round.setdefault(int(r.get("round") or 0), [0, 0])
-            acc[0] += r["cached_tokens"]
-            acc[1] += r["prompt_tokens"]
-    out["hit_rate_by_round"] = {str(k): v[0] / v[1] for k, v in sorted(by_round.items()) if v[1]}
+        by_round.setdefault(int(r.get("round") or 0), []).append(r)
+    out["hit_rate_by_round"] = {
+        str(k): share
+        for k, rows in sorted(by_round.items())
+        if (share := figures.cached_share(rows)) is not None
+    }
     return out
 
 
@@ -262,9 +267,9 @@ def _gpu_section(files: RunFiles) -> dict[str, Any] | None:
     return out
 
 
-def _by_user(records: list[dict[str, Any]], users: list[int]) -> dict[int, list[dict[str, Any]]]:
+def _by_user(records: list[RequestRow], users: list[int]) -> dict[int, list[RequestRow]]:
     """Records per user in one pass (per user, a scan of all records was O(users x n))."""
-    out: dict[int, list[dict[str, Any]]] = {u: [] for u in users}
+    out: dict[int, list[RequestRow]] = {u: [] for u in users}
     for r in records:
         out[int(r.get("user") or 0)].append(r)
     return out

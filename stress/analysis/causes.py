@@ -280,7 +280,7 @@ def _llamacpp_ttft(recs: list[Record]) -> Cause | None:
     """llama.cpp: each reply's ``timings.prompt_ms`` is its prefill, so TTFT minus it is
     the time before prefill started (waiting for a free slot, mostly); medians of each."""
     prefill = [_prompt_s(r) or 0.0 for r in recs]
-    ttft_all = [float(r["ttft_s"]) for r in recs]
+    ttft_all = [float(r.get("ttft_s") or 0.0) for r in recs]  # callers keep those with one
     ttft = _median(ttft_all)
     wait = _median([max(0.0, t - p) for t, p in zip(ttft_all, prefill, strict=True)])
     pre = _median(prefill)
@@ -298,9 +298,9 @@ def _llamacpp_ttft(recs: list[Record]) -> Cause | None:
     if pre < DOMINANT * ttft:
         return None
     sized = [
-        (float(r["server_timings"]["prompt_n"]), p)
+        (float(n), p)
         for r, p in zip(recs, prefill, strict=True)
-        if isinstance(r["server_timings"].get("prompt_n"), int | float)
+        if isinstance(n := (r.get("server_timings") or {}).get("prompt_n"), int | float)
     ]
     size = ""
     if sized:
@@ -433,8 +433,8 @@ def prefill_interference(run: RunData) -> Cause | None:
     windows = []
     for r in run.requests:
         p = _prompt_s(r)
-        if p is not None and r.get("ttft_s") is not None:
-            first = float(r.get("t_start") or 0.0) + float(r["ttft_s"])
+        if p is not None and (ttft := r.get("ttft_s")) is not None:
+            first = float(r.get("t_start") or 0.0) + float(ttft)
             windows.append((first - p, first))
     if not windows:
         return None
@@ -442,19 +442,18 @@ def prefill_interference(run: RunData) -> Cause | None:
     overlapped: list[float] = []
     clean: list[float] = []
     for r in run.main:
-        if r.get("outcome") not in figures.GENERATED or r.get("decode_tok_s") is None:
+        decode, ttft = r.get("decode_tok_s"), r.get("ttft_s")
+        if r.get("outcome") not in figures.GENERATED or decode is None or ttft is None:
             continue
-        if r.get("ttft_s") is None:
-            continue
-        a = float(r.get("t_start") or 0.0) + float(r["ttft_s"])
+        a = float(r.get("t_start") or 0.0) + float(ttft)
         b = end_time(r)
         if b <= a:
             continue
         share = prefills.overlap(a, b) / (b - a)
         if share >= OVERLAP_SHARE:
-            overlapped.append(float(r["decode_tok_s"]))
+            overlapped.append(float(decode))
         elif share <= 0.0:
-            clean.append(float(r["decode_tok_s"]))
+            clean.append(float(decode))
     if len(overlapped) < MIN_REQUESTS or len(clean) < MIN_REQUESTS:
         return None
     hit, free = _median(overlapped), _median(clean)

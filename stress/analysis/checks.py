@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from stress.analysis.rows import RequestRow
 from stress.analysis.runfiles import RunFiles
 
 FAIL_CODES = frozenset(
@@ -36,7 +37,7 @@ def level_of(code: str) -> str:
     return "FAIL" if code in FAIL_CODES else ("NOTE" if code in NOTE_CODES else "WARN")
 
 
-def warnings_for(records: list[dict[str, Any]], manifest: dict[str, Any]) -> list[dict[str, str]]:
+def warnings_for(records: list[RequestRow], manifest: dict[str, Any]) -> list[dict[str, str]]:
     """The loud warnings (each: code + one line). Decided on all requests, warm-up included."""
     warns: list[dict[str, str]] = []
 
@@ -123,7 +124,7 @@ def warnings_for(records: list[dict[str, Any]], manifest: dict[str, Any]) -> lis
                 "measured per request (vLLM: --enable-prompt-tokens-details; SGLang: "
                 "--enable-cache-report; llama.cpp reports timings.cache_n).",
             )
-        elif sum(r["cached_tokens"] for r in known) == 0:
+        elif sum(r.get("cached_tokens") or 0 for r in known) == 0:
             warn(
                 "zero_hit_rate",
                 f"0% prefix-cache hits on {len(known)} follow-up turns of a multi-turn "

@@ -191,6 +191,25 @@ def output_tokens(records: Iterable[Record]) -> int:
     return sum(int(r.get("completion_tokens") or 0) for r in main_requests(records))
 
 
+def cache_pairs(records: Iterable[Record]) -> tuple[list[float], list[float]]:
+    """(cached, prompt) token pairs of requests whose cached and prompt counts are known."""
+    cached: list[float] = []
+    prompt: list[float] = []
+    for r in records:
+        c, p = r.get("cached_tokens"), r.get("prompt_tokens")
+        if c is not None and p:
+            cached.append(float(c))
+            prompt.append(float(p))
+    return cached, prompt
+
+
+def cached_share(records: Iterable[Record]) -> float | None:
+    """Prefix-cache hit per request: population, the given requests whose cached and
+    prompt counts are known; formula, sum of cached_tokens / sum of prompt_tokens."""
+    cached, prompt = cache_pairs(records)
+    return sum(cached) / sum(prompt) if prompt and sum(prompt) > 0 else None
+
+
 def kept_tokens(cached: float, reusable: float) -> float:
     """Reusable tokens the cache kept for one request: its cached tokens, counted up to
     what it could reuse (block alignment or a shared system prompt can report more)."""

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from stress.analysis import figures
 from stress.analysis.checks import accounting_text, health_warnings, level_of, warnings_for
 from stress.analysis.limits import DEFAULT_ERROR_RATE, MIN_SAMPLES, SLO_FAIL_FACTOR
+from stress.analysis.rows import EventRow
 from stress.analysis.rundata import RunData
 from stress.analysis.stats import describe, percentile_interval
 from stress.fmt import num, times
@@ -45,7 +46,7 @@ ERROR_HINTS = {
 """What an error class means, for the classes a reader cannot guess."""
 
 
-def _events(run: RunData, *kinds: str) -> list[dict[str, Any]]:
+def _events(run: RunData, *kinds: str) -> list[EventRow]:
     return [e for e in run.events if e.get("kind") in kinds]
 
 
@@ -323,12 +324,12 @@ def make_verdict(run: RunData) -> Verdict:
         + (f", preemptions {preempt:,.0f}" if preempt else "")
         + "."
     )
-    gaps = [float(r["max_gap_s"]) for r in recs if r.get("max_gap_s") is not None]
+    gaps = [float(v) for r in recs if (v := r.get("max_gap_s")) is not None]
     if gaps:
-        g = describe(gaps)
+        d = describe(gaps)
         items.append(
-            f"Longest silence inside each stream (max_gap_s): p50 {num(g.p50)} s, p95 "
-            f"{num(g.p95)} s, max {num(max(gaps))} s (n = {g.n:,})."
+            f"Longest silence inside each stream (max_gap_s): p50 {num(d.p50)} s, p95 "
+            f"{num(d.p95)} s, max {num(max(gaps))} s (n = {d.n:,})."
         )
     if preempt:  # zero errors can hide this (field notes: 92 s median TTFT, no errors)
         items.append(

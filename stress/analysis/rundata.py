@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stress.analysis.rows import EventRow, RequestRow
 from stress.analysis.runfiles import (
     Accounting,
     Quality,
@@ -26,7 +27,10 @@ from stress.analysis.runfiles import (
 )
 from stress.analysis.runfiles import end_time as end_time
 
-Record = dict[str, Any]
+Record = RequestRow
+"""A request as read (the typed row of ``requests.jsonl``)."""
+Sample = dict[str, Any]
+"""A telemetry line (server.jsonl, gpu.jsonl) as read."""
 
 
 @dataclass(slots=True)
@@ -35,12 +39,12 @@ class RunData:
 
     path: Path
     manifest: dict[str, Any]
-    requests: list[Record]
-    events: list[Record]
+    requests: list[RequestRow]
+    events: list[EventRow]
     files: RunFiles
-    server: list[Record] = field(default_factory=list)
-    gpu_cards: list[Record] = field(default_factory=list)
-    gpu_samples: list[Record] = field(default_factory=list)
+    server: list[Sample] = field(default_factory=list)
+    gpu_cards: list[Sample] = field(default_factory=list)
+    gpu_samples: list[Sample] = field(default_factory=list)
     gpu_server_cards: list[str] | None = None
     """The server's cards as the GPU collector recorded them (None: not recorded)."""
 
@@ -99,8 +103,8 @@ def load_run(run_dir: Path, files: RunFiles | None = None) -> RunData:
     ``RunDirError`` (one line) when the run's files are damaged beyond use.
     """
     files = files or read_run_files(run_dir)
-    cards: list[Record] = []
-    samples: list[Record] = []
+    cards: list[Sample] = []
+    samples: list[Sample] = []
     server_cards: list[str] | None = None
     manifest, server, gpu = files.manifest, files.server, files.gpu
     scale = files.time_scale

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard, overload
+from typing import Any, TypeGuard, cast, overload
 
 import orjson
 
+from stress.analysis.rows import EventRow, RequestRow
 from stress.errors import RunDirError
-from stress.record import OUTCOMES
+from stress.record import OUTCOMES, SCHEMA_VERSION
 
 Record = dict[str, Any]
 
@@ -170,8 +171,8 @@ class RunFiles:
 
     path: Path
     manifest: dict[str, Any]
-    requests: list[Record]
-    events: list[Record]
+    requests: list[RequestRow]
+    events: list[EventRow]
     server: list[Record]
     gpu: list[Record]
     state: dict[str, Any] | None
@@ -397,7 +398,10 @@ def end_time(r: Mapping[str, Any]) -> float:
 
 
 def run_duration(
-    manifest: dict[str, Any], state: dict[str, Any] | None, requests: list[Record], scale: float
+    manifest: dict[str, Any],
+    state: dict[str, Any] | None,
+    requests: Sequence[Mapping[str, Any]],
+    scale: float,
 ) -> float:
     """How long the run lived: the manifest's duration; after a kill, how long state.json
     saw it alive (never less than the last request's end)."""
@@ -411,7 +415,7 @@ def run_duration(
 
 def accounting(
     manifest: dict[str, Any],
-    requests: list[Record],
+    requests: Sequence[Mapping[str, Any]],
     state: dict[str, Any] | None,
     quality: Quality,
 ) -> Accounting:
@@ -487,7 +491,14 @@ def read_run_files(run_dir: Path) -> RunFiles:
     if bad:
         quality.unreadable["requests.jsonl"] = bad
     requests: list[Record] = []
-    for r in raw:
+    for n, r in enumerate(raw, 1):
+        version = r.get("schema_version", 0)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise RunDirError(
+                f"{run_dir / 'requests.jsonl'}: record {n} has schema_version {version!r}; "
+                f"this stress reads up to {SCHEMA_VERSION} -- fix: upgrade stress "
+                "(`pip install -U stress`) to read this run"
+            )
         clean, why = clean_request(r)
         if why:
             quality.records += 1
@@ -508,8 +519,9 @@ def read_run_files(run_dir: Path) -> RunFiles:
     return RunFiles(
         path=run_dir,
         manifest=manifest,
-        requests=requests,
-        events=events,
+        # the checked boundary: clean_request / clean_event removed every impossible value
+        requests=cast("list[RequestRow]", requests),
+        events=cast("list[EventRow]", events),
         server=server,
         gpu=gpu,
         state=state,

@@ -24,7 +24,7 @@ from stress.analysis.capacity import Bucket, CapacityAnswer, within
 from stress.analysis.judge import SloCheck
 from stress.errors import RunDirError, StressError
 from stress.fmt import num, pct, times, tokens
-from stress.report.headline import aggregate_tok_s, cached_share
+from stress.report.headline import aggregate_tok_s
 
 
 @dataclass(slots=True)
@@ -81,7 +81,7 @@ def row_for(run_dir: Path) -> ArchiveRow:
         requests=len(run.requests),
         ttft_p95_s=figures.ttft_p95(run.requests),
         output_tok_s=aggregate_tok_s(run),
-        hit_rate=float(hit) if isinstance(hit, int | float) else cached_share(run.main),
+        hit_rate=float(hit) if isinstance(hit, int | float) else figures.cached_share(run.main),
         path=str(run_dir),
     )
 

@@ -29,7 +29,7 @@ from stress.analysis.stats import (
 from stress.fmt import num, pct
 from stress.report.archive import slo_cell, within_cell
 from stress.report.fingerprint import diff, fingerprint, group_key, server_unchanged
-from stress.report.headline import PER_REQUEST, aggregate_tok_s, cache_pairs, values
+from stress.report.headline import PER_REQUEST, aggregate_tok_s, values
 from stress.report.model import Table
 
 
@@ -128,7 +128,7 @@ def compare(run_dirs: list[Path]) -> Comparison:
         c: list[float] = []
         p: list[float] = []
         for r in g.runs:
-            a, b = cache_pairs(r.main)
+            a, b = figures.cache_pairs(r.main)
             c += a
             p += b
         return c, p

@@ -37,23 +37,6 @@ def values(records: list[Record], key: str) -> list[float]:
     return figures.generated_values(records, key)
 
 
-def cache_pairs(records: list[Record]) -> tuple[list[float], list[float]]:
-    """(cached, prompt) token pairs of requests whose cached count is known."""
-    cached: list[float] = []
-    prompt: list[float] = []
-    for r in records:
-        c, p = r.get("cached_tokens"), r.get("prompt_tokens")
-        if c is not None and p:
-            cached.append(float(c))
-            prompt.append(float(p))
-    return cached, prompt
-
-
-def cached_share(records: list[Record]) -> float | None:
-    cached, prompt = cache_pairs(records)
-    return sum(cached) / sum(prompt) if prompt and sum(prompt) > 0 else None
-
-
 def throughput_windows(run: RunData, n_windows: int = 30) -> list[float]:
     """Output tok/s of non-warm-up requests per equal time window.
 
@@ -97,7 +80,7 @@ def headline_table(run: RunData) -> Table:
     for key, label, unit in PER_REQUEST:
         d = stats[key]
         rows.append([f"{label} ({unit})", mean_sd(d), num(d.p50), num(d.p95), num(d.p99), str(d.n)])
-    gap = describe([float(r["max_gap_s"]) for r in run.main if r.get("max_gap_s") is not None])
+    gap = describe([float(g) for r in run.main if (g := r.get("max_gap_s")) is not None])
     if gap.n:
         rows.append(
             [

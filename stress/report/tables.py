@@ -14,7 +14,7 @@ from stress.analysis import figures
 from stress.analysis.rundata import Record, RunData
 from stress.analysis.stats import describe
 from stress.fmt import mean_sd, num, pct, tokens
-from stress.report.headline import cached_share, values
+from stress.report.headline import values
 from stress.report.model import Table
 
 K = TypeVar("K", bound=Hashable)
@@ -42,7 +42,7 @@ def per_user(run: RunData) -> Table:
                 mean_sd(describe(values(g, "ttft_s"))),
                 num(figures.ttft_p95(g)),
                 mean_sd(describe(values(g, "decode_tok_s"))),
-                pct(cached_share(g)),
+                pct(figures.cached_share(g)),
                 pct(figures.cache_retention(g)),
                 tokens(max((r.get("conversation_tokens") or 0 for r in g), default=0)),
             ]
@@ -78,7 +78,7 @@ def per_round(run: RunData) -> Table:
                 mean_sd(describe(values(g, "ttft_s"))),
                 num(figures.ttft_p95(g)),
                 mean_sd(describe(values(g, "decode_tok_s"))),
-                pct(cached_share(g)),
+                pct(figures.cached_share(g)),
             ]
         )
     return Table(
