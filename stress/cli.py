@@ -16,13 +16,16 @@ import os
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from stress import __version__
 from stress.analysis.limits import EXIT_VERDICT_FAIL, FAIL_ON, exit_code
 from stress.durations import parse_duration
 from stress.errors import RunDirError, ScenarioError, StressError
 from stress.secrets import REDACTOR
+
+if TYPE_CHECKING:
+    from stress.scenario import LoadedScenario
 
 T = TypeVar("T")
 
@@ -133,6 +136,46 @@ def cmd_run(args: argparse.Namespace) -> int:
     return exit_code(str(status), args.fail_on)
 
 
+def cmd_capacity(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from stress.run import execute
+    from stress.scenario import SearchSpec, load_scenario, with_overrides
+    from stress.search.runner import run_search
+
+    loaded = load_scenario(args.scenario, corpus_roots=args.corpus_root or ())
+    loaded = with_overrides(loaded, duration=args.duration, target=args.target, rounds=args.rounds)
+    slo = loaded.scenario.slo
+    if slo.ttft_p95 is None and slo.decode_tok_s_p50 is None:
+        print(
+            f"stress capacity: {args.scenario}: slo: sets no limit, so there is nothing to "
+            "search for -- fix: add e.g. `slo: {ttft_p95: 5s, decode_tok_s_p50: 20}`",
+            file=sys.stderr,
+        )
+        return 2
+    out = _usable_out(Path(args.out))
+    flags = {"start": args.start, "factor": args.factor, "max_users": args.max_users}
+    flags |= {"width": args.width, "repeat": args.repeat}
+    try:
+        settings = SearchSpec.model_validate(
+            loaded.scenario.search.model_dump() | {k: v for k, v in flags.items() if v is not None}
+        )
+    except ValidationError as e:
+        err = e.errors()[0]
+        flag = "--" + "-".join(str(p) for p in err["loc"]).replace("_", "-")
+        where = f"{flag}: " if err["loc"] else ""
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        fix = "" if " -- fix: " in msg else " -- fix: see docs/capacity.md"
+        print(f"stress capacity: {where}{msg}{fix}", file=sys.stderr)
+        return 2
+
+    async def one_pass(step: LoadedScenario, root: Path) -> Any:
+        return await execute(step, root, progress_interval=args.progress_interval)
+
+    search, _ = run_async(run_search(loaded, out, settings, one_pass))
+    return 0 if search.met is not None else EXIT_VERDICT_FAIL
+
+
 def _optional(sub: argparse._SubParsersAction[_Parser], name: str, module: str, help_: str) -> None:
     """Subcommands whose module may not exist yet in this build."""
     try:
@@ -179,6 +222,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _corpus_root_arg(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "capacity", help="search for the number of users at which the scenario's SLO breaks"
+    )
+    p.add_argument("scenario", help="scenario YAML file (its slo: is the criterion)")
+    p.add_argument("--out", default="out", help="folder for the search (default: out/)")
+    p.add_argument("--target", help="server root URL, or `sim` for the built-in simulator")
+    p.add_argument("--duration", type=_duration_arg, help="length of each pass, e.g. 2m")
+    p.add_argument("--rounds", type=_positive_int, help="rounds per user in each pass")
+    # each overrides the scenario's search: section (defaults there: docs/capacity.md)
+    p.add_argument("--start", type=_positive_int, help="users of the first step (1)")
+    p.add_argument("--max-users", type=_positive_int, help="most users to try (64)")
+    p.add_argument("--factor", type=float, help="growth of the user count per step (2)")
+    p.add_argument("--width", type=_positive_int, help="stop at a bracket this narrow (1)")
+    p.add_argument("--repeat", type=_positive_int, help="passes per step (2)")
+    p.add_argument(
+        "--no-tui", action="store_true", help="accepted for symmetry: a search prints lines"
+    )
+    p.add_argument(
+        "--progress-interval",
+        type=_duration_arg,
+        default=None,
+        help="seconds between status lines within a pass",
+    )
+    _corpus_root_arg(p)
+    p.set_defaults(func=cmd_capacity)
 
     p = sub.add_parser("validate", help="check scenario files")
     p.add_argument("files", nargs="+")

@@ -11,20 +11,72 @@ Cache modes (field note 1: measure the cache on purpose, never by accident):
 
 The run nonce in every marker keeps a re-run against a warm server from hitting the
 previous run's cache.
+
+A conversation can open with pre-built history (``conversation.start_tokens``): earlier
+turns cut from the corpus, drawn per user, placed after the same markers, so a long
+conversation is unique to its user exactly as a grown one is.
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from stress.tokens import count_tokens
+
+if TYPE_CHECKING:
+    from stress.corpus import Corpus
 
 CacheMode = Literal["per_user", "cold", "shared"]
 MESSAGE_OVERHEAD = 4
 """Tokens a chat template adds around each message (role markers), for estimates."""
+MIN_PREBUILT_PASTE = 16
+"""A last pre-built turn with less room than this asks without pasting."""
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """Earlier turns a conversation opens with, counted once when built."""
+
+    turns: tuple[tuple[str, str, str], ...]
+    """(paste, question, reply) per turn; an empty paste means the turn only asks."""
+    tokens: int
+    """Local-tokenizer tokens of these messages, role overhead included."""
+
+
+def build_history(
+    corpus: Corpus,
+    rng: random.Random,
+    tokens: int,
+    paste: tuple[int, int],
+    asks: Sequence[str],
+    reply_max: int,
+) -> History:
+    """About ``tokens`` of turns (within 1 %, at most 32 short): each a corpus paste of
+    ``paste`` tokens and an ask, answered by a corpus excerpt of up to ``reply_max`` tokens
+    (a quarter of the paste). Budgets are local-tokenizer tokens. Every excerpt is counted
+    once, by the corpus; nothing is counted again when the history is sent."""
+    ask_tokens = {q: count_tokens(q) for q in set(asks)}
+    turns: list[tuple[str, str, str]] = []
+    total = 0
+    while total < tokens - min(32, tokens // 100):
+        left = tokens - total
+        question = rng.choice(asks)
+        fixed = ask_tokens[question] + 2 * MESSAGE_OVERHEAD
+        want = rng.randint(*paste)
+        reply_n = max(1, min(reply_max, want // 4, (left - fixed) // 5))
+        paste_n = min(want, left - fixed - reply_n - 1)
+        if paste_n < MIN_PREBUILT_PASTE:  # the last few tokens: ask, and a reply to fill
+            paste_n, reply_n = 0, max(1, min(reply_max, left - fixed))
+        text = corpus.excerpt(rng, paste_n, paste_n) if paste_n else None
+        reply = corpus.excerpt(rng, reply_n, reply_n)
+        turns.append((text.text if text else "", question, reply.text))
+        total += fixed + reply.tokens + (text.tokens + 1 if text else 0)
+    return History(tuple(turns), total)
 
 
 @dataclass(slots=True)
@@ -42,6 +94,8 @@ class Conversation:
     last_prompt_tokens: int | None = None
     """Server-reported prompt tokens of the last request, when known."""
     last_reply_tokens: int = 0
+    prefilled_tokens: int = 0
+    """Local-tokenizer tokens of the pre-built history this conversation opened with."""
 
     def __post_init__(self) -> None:
         if self.cache == "shared":
@@ -67,9 +121,19 @@ class Conversation:
             return 0
         return self.known_tokens()
 
+    def prefill(self, history: History) -> None:
+        """Open the conversation with pre-built turns, before its first request. They are
+        history, not turns: the first request sent is still turn 1, with nothing the server
+        has seen before (``reusable_tokens`` 0)."""
+        for paste, question, reply in history.turns:
+            self.messages.append({"role": "user", "content": self.user_message(paste, question)})
+            self.messages.append({"role": "assistant", "content": reply})
+        self.tokens_est += history.tokens
+        self.prefilled_tokens = history.tokens
+
     def user_message(self, paste: str | None, question: str) -> str:
         text = f"{paste}\n\n{question}" if paste else question
-        if self.cache == "shared" and self.turns == 0:
+        if self.cache == "shared" and len(self.messages) == 1:  # the first user message
             text = f"[user u{self.user:03d}-c{self.index:03d}]\n{text}"
         return text
 

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from stress.client import ChatClient, Reply
-from stress.conversation import MESSAGE_OVERHEAD, Conversation
+from stress.conversation import MESSAGE_OVERHEAD, Conversation, History, build_history
 from stress.corpus import Corpus
 from stress.events import RunEvent
 from stress.live import Live
@@ -120,6 +120,9 @@ class Engine:
         self.counters = counters or RunCounters()
         self._requests = 0
         self._past_warmup = 0
+        self._warm_rounds = scenario.warmup.rounds
+        self._histories: dict[int, History] = {}
+        """Pre-built history of each user's first conversation (taken when it starts)."""
         self._t_phase = time.perf_counter()
 
     def now(self) -> float:
@@ -144,10 +147,11 @@ class Engine:
     async def run(self) -> EngineResult:
         sc = self.sc
         loop = asyncio.get_running_loop()
+        await self._build_histories()
         deadline = None
         if sc.duration is not None:
             deadline = loop.call_later(sc.duration, self.request_stop, "duration")
-        self._show("warmup" if sc.warmup.rounds else "running")
+        self._show("warmup" if self._warm_rounds else "running")
         self._t_phase = time.perf_counter()
         self._tasks = []
         starter = self._starter = asyncio.create_task(self._start_users(), name="users-start")
@@ -218,6 +222,70 @@ class Engine:
             )
         )
 
+    async def _build_histories(self) -> None:
+        """Build every user's ``start_tokens`` of history before the first user starts, in
+        worker threads: tokenizing it on the loop would stall everyone's streams, and doing
+        it at the user's ramp time would show up as client queueing in its first turn."""
+        start = self.sc.conversation.start_tokens
+        if start is None or start[1] == 0 or self.corpus is None or self.stop_new.is_set():
+            return
+        self._show("building histories")
+        t = time.perf_counter()
+        users = self.sc.users.count
+        batch = 4 * START_BATCH
+        for first in range(0, users, batch):
+            if self.stop_new.is_set():
+                return
+            built = await asyncio.gather(
+                *(
+                    asyncio.to_thread(self._history, u, start)
+                    for u in range(first, min(users, first + batch))
+                )
+            )
+            self._histories.update((u, h) for u, h in enumerate(built, first) if h is not None)
+        if not self._histories:
+            return
+        self._warm_rounds = max(self._warm_rounds, 1)  # for the live view's state only
+        tokens = sum(h.tokens for h in self._histories.values())
+        server_tokens = round(tokens / self.paste_scale)
+        self.recorder.event(
+            RunEvent(
+                self.now(),
+                "histories_built",
+                f"{len(self._histories)} users' first conversations open with pre-built "
+                f"history (~{server_tokens // len(self._histories):,} tokens each, "
+                f"built in {time.perf_counter() - t:.1f}s); their first turn is warm-up",
+                "info",
+                data={"users": len(self._histories), "tokens": server_tokens, "phase": self.phase},
+            )
+        )
+
+    def _history(self, u: int, start: tuple[int, int]) -> History | None:
+        """User ``u``'s pre-built history, from its own seed: unique to the user, the same
+        on every run with the same seed (the markers still keep runs apart)."""
+        rng = random.Random(f"{self.sc.seed}:{u}:start")
+        target = rng.randint(*start)
+        if target <= 0 or self.corpus is None:
+            return None
+        turn = self.sc.conversation.turn
+        reply_max = max(1, round(self.sc.request.max_tokens * self.paste_scale))
+        return build_history(
+            self.corpus,
+            rng,
+            round(target * self.paste_scale),
+            self._paste_budget(),
+            turn.ask,
+            reply_max,
+        )
+
+    def _paste_budget(self) -> tuple[int, int]:
+        """The paste's [min, max] in local-tokenizer tokens (the scenario's are the server's)."""
+        paste = self.sc.conversation.turn.paste
+        if paste is None:
+            return (1, 1)
+        lo = max(1, round(paste.tokens[0] * self.paste_scale))
+        return lo, max(lo, round(paste.tokens[1] * self.paste_scale))
+
     def _ramp_time(self, u: int) -> float:
         """Perf time of user ``u``'s first turn."""
         n = self.sc.users.count
@@ -252,22 +320,23 @@ class Engine:
             return
         conv_index = 1
         conv = self._new_conversation(u, conv_index)
+        history = self._histories.pop(u, None)
+        if history is not None:  # the first conversation only
+            conv.prefill(history)
         paste = conv_spec.turn.paste
         rnd = 0
         while not self.stop_new.is_set():
             if sc.rounds is not None and rnd >= sc.rounds:
                 break
             rnd += 1
-            if rnd == sc.warmup.rounds + 1 and sc.warmup.rounds:
+            if rnd == self._warm_rounds + 1 and self._warm_rounds:
                 self._past_warmup += 1
                 if self._past_warmup == sc.users.count and not self.stop_new.is_set():
                     self._show("running")
             excerpt = None
             pastes = conv_spec.turn.paste_on == "every" or conv.turns == 0
             if paste is not None and self.corpus is not None and pastes:
-                lo = max(1, round(paste.tokens[0] * self.paste_scale))
-                hi = max(lo, round(paste.tokens[1] * self.paste_scale))
-                excerpt = self.corpus.excerpt(rng, lo, hi)
+                excerpt = self.corpus.excerpt(rng, *self._paste_budget())
             question = rng.choice(conv_spec.turn.ask)
             added = (excerpt.tokens if excerpt else 0) + count_tokens(question) + MESSAGE_OVERHEAD
             if conv.turns > 0 and conv.known_tokens() + added > conv_spec.ceiling_tokens:
@@ -276,16 +345,19 @@ class Engine:
             user_text = conv.user_message(excerpt.text if excerpt else None, question)
             messages = conv.request_messages(user_text)
             prompt_est = conv.tokens_est + count_tokens(user_text) + MESSAGE_OVERHEAD
+            # a turn that sends pre-built history is warm-up: the server sees it all at once
+            prefilled = conv.prefilled_tokens if conv.turns == 0 else 0
             rec = RequestRecord(
                 user=u,
                 conversation=conv_index,
                 round=rnd,
                 turn=conv.turns + 1,
-                warmup=rnd <= sc.warmup.rounds,
+                warmup=rnd <= sc.warmup.rounds or prefilled > 0,
                 prompt_tokens_est=prompt_est,
                 reusable_tokens=conv.reusable_tokens() if conv_spec.cache != "cold" else 0,
                 conversation_tokens=conv.known_tokens() + added,
                 paste_tokens=excerpt.tokens if excerpt else 0,
+                prefilled_tokens=round(prefilled / self.paste_scale),
             )
             rec.phase = self.phase
             body = build_body(sc, self.model, messages)

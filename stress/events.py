@@ -16,6 +16,7 @@ EventKind = Literal[
     "run_started",  # info; data {run_nonce}
     "phase_started",  # info; data {phase}
     "users_started",  # info: every user of a phase has started; data {users, late_s, phase}
+    "histories_built",  # info: conversation.start_tokens histories are ready; data {users, tokens}
     "preflight",  # warning: something pre-flight found about the server
     "run_crashed",  # error: an exception ended the run (the files are still completed)
     "drain_timeout",  # warning: requests still running after timeouts.drain, cancelled

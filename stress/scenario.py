@@ -78,6 +78,27 @@ Duration = Annotated[float, BeforeValidator(parse_duration), Field(ge=0, le=MAX_
 PositiveDuration = Annotated[float, BeforeValidator(parse_duration), Field(gt=0, le=MAX_DURATION_S)]
 TokenRange = tuple[Int, Int]
 
+
+def _one_or_range(value: object) -> object:
+    """``30000`` means ``[30000, 30000]``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value, value)
+    return value
+
+
+StartTokens = Annotated[TokenRange, BeforeValidator(_one_or_range)]
+"""A number of tokens or a ``[min, max]`` range, drawn once per user; 0 means none."""
+
+
+def _start_range(v: tuple[int, int] | None, field: str) -> tuple[int, int] | None:
+    if v is not None and (v[0] < 0 or v[1] < v[0] or v[1] > MAX_TOKENS):
+        raise ValueError(
+            f"{field} is a number or [min, max] with 0 <= min <= max <= {MAX_TOKENS:,} -- "
+            "fix: e.g. 30000 or [20000, 40000]"
+        )
+    return v
+
+
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
 _AUTH_HEADERS = {"authorization", "x-api-key", "api-key", "proxy-authorization"}
 
@@ -237,8 +258,20 @@ class ConversationSpec(_Model):
     system_prompt: str = "You are a helpful assistant."
     cache: Literal["per_user", "cold", "shared"] = "per_user"
     ceiling_tokens: Int = Field(default=32_000, ge=256, le=MAX_TOKENS)
+    start_tokens: StartTokens | None = None
+    """Each user's *first* conversation opens with about this many tokens of pre-built
+    history (server tokens, like paste budgets): earlier turns of corpus pastes, asks and
+    corpus replies, unique to the user like the rest of its prompts. It is sent with the
+    first real turn as one request, recorded as warm-up with ``prefilled_tokens``, so "16
+    users at 30k tokens" is measured from the second turn on instead of after an hour of
+    growth. Conversations started after the ceiling open empty, as without it."""
     keep_reasoning: bool = False
     turn: Turn
+
+    @field_validator("start_tokens")
+    @classmethod
+    def _start(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
+        return _start_range(v, "start_tokens")
 
     @model_validator(mode="after")
     def _paste_fits(self) -> ConversationSpec:
@@ -248,7 +281,29 @@ class ConversationSpec(_Model):
                 "the paste's max must be below conversation.ceiling_tokens, or no turn ever "
                 "fits -- fix: lower the max or raise ceiling_tokens",
             )
+        if self.start_tokens is not None:
+            problem = _start_problem(self.start_tokens, self)
+            if problem:
+                raise _FieldError(("start_tokens",), problem)
         return self
+
+
+def _start_problem(start: tuple[int, int], conv: ConversationSpec) -> str | None:
+    """Why ``start`` cannot open ``conv``'s first conversation (None when it can)."""
+    if start[1] == 0:
+        return None
+    if conv.turn.paste is None:
+        return (
+            "start_tokens builds its history from the paste corpus, and the turn has no "
+            "paste -- fix: add conversation.turn.paste or remove start_tokens"
+        )
+    if start[1] >= conv.ceiling_tokens:
+        return (
+            "start_tokens must be below conversation.ceiling_tokens, or the first "
+            "conversation is over its ceiling before it begins -- fix: lower start_tokens "
+            "or raise ceiling_tokens"
+        )
+    return None
 
 
 class RequestSpec(_Model):
@@ -350,9 +405,17 @@ class Phase(_Model):
     rounds: Int | None = Field(default=None, ge=1, le=MAX_ROUNDS)
     warmup_rounds: Int | None = Field(default=None, ge=0, le=MAX_ROUNDS)
     paste_tokens: TokenRange | None = None
+    start_tokens: StartTokens | None = None
+    """Pre-built history of each user's first conversation in this step (0: none), for a
+    sweep over users x length."""
     ask: list[str] | None = Field(default=None, min_length=1)
     think_time: ThinkTime | None = None
     repeat: Int = Field(default=1, ge=1, le=100)
+
+    @field_validator("start_tokens")
+    @classmethod
+    def _start(cls, v: tuple[int, int] | None) -> tuple[int, int] | None:
+        return _start_range(v, "start_tokens")
 
     @field_validator("paste_tokens")
     @classmethod
@@ -363,6 +426,34 @@ class Phase(_Model):
                 "e.g. [1000, 4000]"
             )
         return v
+
+
+class SearchSpec(_Model):
+    """``stress capacity``: how the search for the users where the SLO breaks proceeds
+    (docs/capacity.md). Command-line flags of the same names override these."""
+
+    start: Int = Field(default=1, ge=1, le=MAX_USERS)
+    """Users of the first step."""
+    factor: Float = Field(default=2.0, gt=1, le=16)
+    """Growth of the user count per step until the SLO breaks."""
+    max_users: Int = Field(default=64, ge=1, le=MAX_USERS)
+    """The most users the search tries."""
+    width: Int = Field(default=1, ge=1, le=MAX_USERS)
+    """Stop bisecting when the bracket [met, missed] is this narrow (in users)."""
+    repeat: Int = Field(default=2, ge=1, le=20)
+    """Passes per step; a step is MET only when every pass met the SLO."""
+    min_requests: Int = Field(default=40, ge=20, le=100_000)
+    """A scenario bounded by rounds gets enough rounds per user for this many judged
+    requests in each pass (the SLO needs 20)."""
+
+    @model_validator(mode="after")
+    def _start_within_max(self) -> SearchSpec:
+        if self.start > self.max_users:
+            raise ValueError(
+                f"start ({self.start}) is above max_users ({self.max_users}) -- fix: start "
+                "lower or allow more users"
+            )
+        return self
 
 
 class Scenario(_Model):
@@ -379,6 +470,7 @@ class Scenario(_Model):
     limits: Limits = Limits()
     telemetry: Telemetry = Telemetry()
     slo: Slo = Slo()
+    search: SearchSpec = SearchSpec()
     connection: Connection = Connection()
     phases: list[Phase] = Field(default_factory=list)
     """Optional sweep: run these steps one after another instead of one steady run."""
@@ -420,6 +512,12 @@ class Scenario(_Model):
                         ("phases", i, "paste_tokens"),
                         f"phase {ph.name!r}: paste_tokens max must be below "
                         "conversation.ceiling_tokens -- fix: lower it or raise ceiling_tokens",
+                    )
+                start = ph.start_tokens
+                problem = _start_problem(start, self.conversation) if start else None
+                if problem:
+                    raise _FieldError(
+                        ("phases", i, "start_tokens"), f"phase {ph.name!r}: {problem}"
                     )
         elif self.duration is None and self.rounds is None:
             raise ValueError(
@@ -903,7 +1001,8 @@ def time_scaled(scenario: Scenario, scale: float) -> Scenario:
 def phase_plan(scenario: Scenario) -> list[tuple[str, Scenario]]:
     """The runs to make, in order, each as a plain scenario (no phases) with its label.
 
-    Without phases: one step, ``main``. A phase inherits everything it does not set; a
+    Without phases: one step, ``main``. A phase inherits everything it does not set (its
+    users' first conversations open with the phase's ``start_tokens`` of history); a
     phase with ``duration`` and no ``rounds`` (or the other way round) does not inherit
     the other bound. ``repeat: N`` gives steps ``name#1`` .. ``name#N``.
     """
@@ -928,6 +1027,8 @@ def phase_plan(scenario: Scenario) -> list[tuple[str, Scenario]]:
             turn["paste"] = {**turn["paste"], "tokens": ph.paste_tokens}
         if ph.ask is not None:
             turn["ask"] = ph.ask
+        if ph.start_tokens is not None:
+            data["conversation"]["start_tokens"] = ph.start_tokens
         step = Scenario.model_validate(data)
         for i in range(1, ph.repeat + 1):
             plan.append((ph.name if ph.repeat == 1 else f"{ph.name}#{i}", step))

@@ -19,6 +19,7 @@ from stress.record import RequestRecord
 from stress.recorder import Recorder
 from stress.run import execute
 from stress.scenario import load_scenario
+from stress.tokens import get_tokenizer
 from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,10 @@ def make(
     tokens: str = "[300, 500]",
     extra: str = "",
     paste_on: str = "every",
+    start: str | None = None,
+    warmup: int = 1,
 ) -> Any:
+    start_line = f"\n  start_tokens: {start}" if start is not None else ""
     p = tmp_path / "s.yaml"
     p.write_text(f"""\
 name: engine_test
@@ -44,12 +48,12 @@ users: {{count: {users}, think_time: {{min: 0s, max: 0.01s}}}}
 rounds: {rounds}
 conversation:
   cache: {cache}
-  ceiling_tokens: {ceiling}
+  ceiling_tokens: {ceiling}{start_line}
   turn:
     paste: {{corpus: {ROOT / "corpora" / "en"}, tokens: {tokens}}}
     paste_on: {paste_on}
     ask: ["Q1?", "Q2?"]
-warmup: {{rounds: 1}}
+warmup: {{rounds: {warmup}}}
 {extra}
 """)
     return load_scenario(p)
@@ -291,3 +295,79 @@ async def test_a_crashed_user_still_leaves_one_true_record(tmp_path: Path) -> No
     assert kinds == ["request_failed", "user_crashed"]
     state = orjson.loads((run_dir / "state.json").read_bytes())
     assert (state["sent"], state["recorded"], state["in_flight_count"]) == (1, 1, 0)
+
+
+# --- issue 14: conversations that start at a given length --------------------------------
+
+
+def history_tokens(body: dict[str, Any]) -> int:
+    """Local tokens of the messages between the system prompt and the new turn."""
+    tok = get_tokenizer()
+    return sum(tok.count(m["content"]) + 4 for m in body["messages"][1:-1])
+
+
+async def test_start_tokens_opens_the_first_conversation_with_unique_history(
+    tmp_path: Path,
+) -> None:
+    async with serve(FakeServer(script=reply_script)) as server:
+        sc = make(tmp_path, server.url, users=2, rounds=3, start="1500", warmup=0)
+        outcome = await execute(sc, tmp_path / "out")
+    by_user: dict[str, list[dict[str, Any]]] = {}
+    for body in server.requests:
+        by_user.setdefault(first_content(body)[:40], []).append(body)
+    firsts = [bodies[0] for bodies in by_user.values()]
+    for bodies in by_user.values():
+        sizes = [len(b["messages"]) for b in bodies]
+        assert sizes[0] > 4 and sizes[1:] == [sizes[0] + 2, sizes[0] + 4]  # then it grows
+        assert 1485 <= history_tokens(bodies[0]) <= 1520
+        roles = [m["role"] for m in bodies[0]["messages"]]
+        assert roles[-2:] == ["assistant", "user"]
+    a, b = ([m["content"] for m in body["messages"][1:-1]] for body in firsts)
+    assert not set(a) & set(b)  # no turn of one user's history is in the other's
+    recs = lines(outcome.run_dir)
+    for r in recs:
+        if r["turn"] == 1:
+            assert r["warmup"] and r["reusable_tokens"] == 0
+            assert r["prefilled_tokens"] == pytest.approx(1500, rel=0.02)
+            assert r["conversation_tokens"] > 1500 + 300
+        else:
+            assert not r["warmup"] and r["prefilled_tokens"] == 0
+            assert r["reusable_tokens"] > 1500
+    [built] = [e for e in events(outcome.run_dir) if e["kind"] == "histories_built"]
+    assert built["data"]["users"] == 2
+    summary = orjson.loads((outcome.run_dir / "summary.json").read_bytes())
+    assert summary["overall"]["requests"] == 4  # the two pre-filled turns are warm-up
+
+
+async def test_conversations_after_the_ceiling_start_empty(tmp_path: Path) -> None:
+    async with serve(FakeServer(script=reply_script)) as server:
+        sc = make(tmp_path, server.url, users=1, rounds=4, ceiling=2200, start="1500", warmup=0)
+        outcome = await execute(sc, tmp_path / "out")
+    recs = lines(outcome.run_dir)
+    assert [r["conversation"] for r in recs][:2] == [1, 2]
+    assert [r["prefilled_tokens"] > 0 for r in recs] == [True, False, False, False]
+    assert [r["warmup"] for r in recs] == [True, False, False, False]
+    assert len(server.requests[1]["messages"]) == 2  # system + the first turn: empty
+
+
+async def test_phases_sweep_start_tokens_in_the_servers_tokens(tmp_path: Path) -> None:
+    """A server counting twice as many tokens: start_tokens is in its tokens, as pastes."""
+    extra = """phases:
+  - {name: empty, users: 1, rounds: 2, start_tokens: 0}
+  - {name: long, users: 2, rounds: 2}
+"""
+    async with serve(FakeServer(script=reply_script, tokenize_ratio=2.0)) as server:
+        sc = make(tmp_path, server.url, start="[1200, 1200]", warmup=0, extra=extra)
+        outcome = await execute(sc, tmp_path / "out")
+    recs = lines(outcome.run_dir)
+    empty = [r for r in recs if r["phase"] == "empty"]
+    assert len(empty) == 2 and not any(r["warmup"] or r["prefilled_tokens"] for r in empty)
+    long = [r for r in recs if r["phase"] == "long"]
+    assert [r["turn"] for r in long if r["warmup"]] == [1, 1]
+    assert all(r["prefilled_tokens"] == pytest.approx(1200, rel=0.03) for r in long if r["warmup"])
+    firsts: dict[str, dict[str, Any]] = {}
+    for body in server.requests:
+        if len(body["messages"]) > 4:
+            firsts.setdefault(first_content(body)[:40], body)
+    histories = [history_tokens(b) for b in firsts.values()]
+    assert len(histories) == 2 and all(580 <= h <= 610 for h in histories)  # local tokens

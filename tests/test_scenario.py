@@ -168,6 +168,65 @@ def test_phase_plan_inherits_and_repeats(tmp_path: Path) -> None:
     assert b.conversation.turn.paste is not None and b.conversation.turn.paste.tokens == (50, 60)
 
 
+# --- issue 14: conversations that start at a given length -------------------------------
+
+
+def test_start_tokens_is_a_number_or_a_range(tmp_path: Path) -> None:
+    from stress.scenario import phase_plan
+
+    text = GOOD.format(corpus="docs").replace("  turn:", "  start_tokens: 8000\n  turn:")
+    conv = load_scenario(write(tmp_path, text)).scenario.conversation
+    assert conv.start_tokens == (8000, 8000) and conv.ceiling_tokens > 8000
+    ranged = text.replace("start_tokens: 8000", "start_tokens: [4000, 9000]")
+    assert load_scenario(write(tmp_path, ranged)).scenario.conversation.start_tokens == (4000, 9000)
+    assert (
+        load_scenario(
+            write(tmp_path, GOOD.format(corpus="docs"))
+        ).scenario.conversation.start_tokens
+        is None
+    )
+    sweep = (
+        text
+        + "phases: [{name: empty, start_tokens: 0}, {name: long, start_tokens: [20000, 30000]},"
+        + " {name: same}]\n"
+    )
+    plan = phase_plan(load_scenario(write(tmp_path, sweep)).scenario)
+    starts = [step.conversation.start_tokens for _, step in plan]
+    assert starts == [(0, 0), (20000, 30000), (8000, 8000)]  # a phase without it inherits
+
+
+@pytest.mark.parametrize(
+    ("start", "extra", "where", "says"),
+    [
+        ("40000", "", ":7: conversation.start_tokens:", "below conversation.ceiling_tokens"),
+        ("[9000, 4000]", "", ":7: conversation.start_tokens:", "0 <= min <= max"),
+        ("-5", "", ":7: conversation.start_tokens:", "0 <= min <= max"),
+        ("true", "", ":7: conversation.start_tokens", "list like [1000, 4000]"),
+        ("[1.5, 2]", "", ":7: conversation.start_tokens", "whole number"),
+        (
+            "1000",
+            "phases: [{name: a, users: 1}, {name: b, start_tokens: 32000}]\n",
+            ":11: phases.1.start_tokens: phase 'b':",
+            "below conversation.ceiling_tokens",
+        ),
+    ],
+)
+def test_start_tokens_errors_are_one_line(
+    tmp_path: Path, start: str, extra: str, where: str, says: str
+) -> None:
+    text = GOOD.format(corpus="docs").replace("  turn:", f"  start_tokens: {start}\n  turn:")
+    [line] = problems(tmp_path, text + extra)
+    assert where in line and says in line and "fix:" in line, line
+
+
+def test_start_tokens_needs_a_paste_corpus(tmp_path: Path) -> None:
+    text = GOOD.format(corpus="docs").replace(
+        "  turn:\n    paste: {corpus: docs, tokens: [100, 200]}\n", "  start_tokens: 500\n  turn:\n"
+    )
+    [line] = problems(tmp_path, text)
+    assert "conversation.start_tokens:" in line and "add conversation.turn.paste" in line
+
+
 # --- issue 12: values that validate must also run; hostile files; leaks ---------------
 
 

@@ -1,0 +1,118 @@
+"""The capacity search's logic: which user count to try next, and when to stop.
+
+Pure (no I/O, no runs), so the search is tested on its own and the runner only executes
+what it is told. The search grows the user count geometrically from ``start`` until a step
+misses the SLO (or ``max_users`` is reached), then bisects between the last step that met
+it and the first that missed, until the bracket is ``width`` users wide:
+
+    1 MET, 2 MET, 4 MET, 8 MISSED -> 6 MET -> 7 MISSED: capacity 6 users [6-7]
+
+A step that fails the run's health (a hang, a restart, errors above ``slo.error_rate``)
+counts as missed; a hang also stops the search (a server that hangs at N users has
+answered the question). A step whose passes have fewer than ``MIN_SAMPLES`` requests
+cannot be judged: the search stops and says to lengthen the steps, rather than guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+StepStatus = Literal["MET", "MISSED", "NOT JUDGED"]
+StopReason = Literal["bracket", "max_users", "hang", "not_judged", "missed_at_start"]
+
+
+@dataclass(slots=True)
+class Step:
+    """One user count, tried ``passes`` times; filled in by the runner."""
+
+    users: int
+    status: StepStatus = "NOT JUDGED"
+    factors: list[float] = field(default_factory=list)
+    """The worst SLO factor of each pass (above 1: missed)."""
+    reasons: list[str] = field(default_factory=list)
+    """Why a pass missed besides the SLO (health findings), in a few words each."""
+    hang: bool = False
+    run_dirs: list[str] = field(default_factory=list)
+    conversation_tokens: int = 0
+    """The longest conversation any pass reached (tokens)."""
+    limit: str = ""
+    """The heaviest cause the passes' analysis named ("a KV pool smaller than ...")."""
+
+
+@dataclass(slots=True)
+class Search:
+    start: int = 1
+    factor: float = 2.0
+    max_users: int = 64
+    width: int = 1
+    steps: list[Step] = field(default_factory=list)
+    stop: StopReason | None = None
+
+    def __post_init__(self) -> None:
+        if not (1 <= self.start <= self.max_users) or self.factor <= 1 or self.width < 1:
+            raise ValueError("search needs 1 <= start <= max_users, factor > 1, width >= 1")
+
+    @property
+    def met(self) -> Step | None:
+        """The largest step that met the SLO below the smallest that missed."""
+        missed = self.missed
+        good = [
+            s
+            for s in self.steps
+            if s.status == "MET" and (missed is None or s.users < missed.users)
+        ]
+        return max(good, key=lambda s: s.users, default=None)
+
+    @property
+    def missed(self) -> Step | None:
+        """The smallest step that missed."""
+        bad = [s for s in self.steps if s.status == "MISSED"]
+        return min(bad, key=lambda s: s.users, default=None)
+
+    def next_users(self) -> int | None:
+        """The user count to try next; None when the search has its answer (``stop``)."""
+        if self.stop is not None:
+            return None
+        if not self.steps:
+            return self.start
+        last = self.steps[-1]
+        if last.hang:
+            self.stop = "hang"
+            return None
+        if last.status == "NOT JUDGED":
+            self.stop = "not_judged"
+            return None
+        lo, hi = self.met, self.missed
+        if hi is None:  # still growing
+            assert lo is not None
+            if lo.users >= self.max_users:
+                self.stop = "max_users"
+                return None
+            return min(self.max_users, max(lo.users + 1, round(lo.users * self.factor)))
+        if lo is None:  # missed at the fewest users tried: look below
+            below = hi.users // 2
+            if below < 1 or below in self._tried:
+                self.stop = "missed_at_start"
+                return None
+            return below
+        if hi.users - lo.users <= self.width:
+            self.stop = "bracket"
+            return None
+        return (lo.users + hi.users) // 2
+
+    @property
+    def _tried(self) -> set[int]:
+        return {s.users for s in self.steps}
+
+    def answer(self) -> str:
+        """'6 users [6-7]', '>= 64 users (the most tried)', or why there is no answer."""
+        lo, hi = self.met, self.missed
+        if self.stop == "not_judged":
+            return "no answer: a step had too few requests to judge (lengthen search steps)"
+        if lo is None:
+            where = f" at {hi.users} user{'' if hi.users == 1 else 's'}" if hi else ""
+            return f"no capacity found: the SLO was missed{where}, the fewest users tried"
+        if hi is None:
+            return f">= {lo.users} users (the SLO held up to the most users tried)"
+        return f"{lo.users} users [{lo.users}-{hi.users}]"

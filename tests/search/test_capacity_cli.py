@@ -1,0 +1,105 @@
+"""``stress capacity`` end to end on the simulator, against a capacity known by
+construction: 4 sequence slots, users that never think, so a fifth user always waits a
+whole reply (0.6 simulated s) for a slot, past the 0.4 s TTFT SLO, while four never wait.
+The search must answer 4 users [4-5]; every pass is an ordinary run directory that
+``stress ls`` lists."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from stress.analysis.limits import EXIT_VERDICT_FAIL
+
+ROOT = Path(__file__).resolve().parents[2]
+SLOTS = 4
+SCENARIO = f"""\
+name: slots_{SLOTS}
+target:
+  url: sim
+  sim: {{max_seqs: {SLOTS}, time_scale: 5, seed: 2, prefill_tokens_per_s: 20000,
+         decode_tokens_per_s: 50, decode_batch_slowdown: 0,
+         decode_context_slowdown_per_1k: 0, max_batched_tokens: 65536,
+         reply_tokens_min: 30, reply_tokens_max: 30}}
+users: {{count: 1, ramp_up: 0.2s, think_time: {{min: 0.01s, max: 0.02s}}}}
+rounds: 8
+conversation:
+  cache: per_user
+  ceiling_tokens: 6000
+  turn:
+    paste: {{corpus: {ROOT / "corpora" / "en"}, tokens: [200, 300]}}
+    ask: ["Summarise this."]
+request: {{max_tokens: 30}}
+warmup: {{rounds: 1}}
+slo: {{ttft_p95: 0.4s}}
+"""
+
+
+def stress(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stress", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.slow
+def test_search_brackets_the_slots(tmp_path: Path) -> None:
+    path = tmp_path / "slots.yaml"
+    path.write_text(SCENARIO)
+    out = tmp_path / "out"
+    # steps 2, 4, 8, 6, 5 users, one pass each: ~30 s on a quiet 2-core machine
+    proc = stress("capacity", str(path), "--out", str(out), "--start", "2", "--repeat", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "capacity at SLO (TTFT p95 <= 0.4 s): 4 users [4-5]" in proc.stdout
+    (root,) = out.iterdir()
+    doc = orjson.loads((root / "capacity.json").read_bytes())
+    assert doc["bracket"] == [SLOTS, SLOTS + 1] and doc["stop"] == "bracket"
+    assert [s["users"] for s in doc["steps"]] == [2, 4, 8, 6, 5]
+    assert [s["status"] for s in doc["steps"]] == ["MET", "MET", "MISSED", "MISSED", "MISSED"]
+    # every pass is a complete run directory with its own summary and report
+    for s in doc["steps"]:
+        (run,) = s["run_dirs"]
+        assert (root / run / "summary.json").exists() and (root / run / "report.html").exists()
+    ls = stress("ls", str(root))
+    assert ls.returncode == 0
+    assert len([line for line in ls.stdout.splitlines() if "slots_4" in line]) == 5
+
+
+def test_no_slo_is_refused_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.replace("slo: {ttft_p95: 0.4s}\n", ""))
+    proc = stress("capacity", str(path), "--out", str(tmp_path / "out"), timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "sets no limit" in proc.stderr
+
+
+def test_missed_everywhere_exits_like_a_failed_verdict(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO.replace("ttft_p95: 0.4s", "ttft_p95: 0.001s"))
+    proc = stress("capacity", str(path), "--out", str(tmp_path / "out"), "--repeat", "1")
+    assert proc.returncode == EXIT_VERDICT_FAIL, proc.stderr[-2000:]
+    assert "no capacity found: the SLO was missed at 1 user" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["--factor", "1"], "--factor: Input should be greater than 1"),
+        (["--start", "8", "--max-users", "4"], "start (8) is above max_users (4)"),
+    ],
+)
+def test_bad_search_flags_are_one_line(tmp_path: Path, args: list[str], text: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    proc = stress("capacity", str(path), "--out", str(tmp_path / "out"), *args, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and text in proc.stderr
+
+
+def test_search_section_of_the_scenario_is_validated(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO + "search: {start: 0}\n")
+    proc = stress("validate", str(path), timeout=60)
+    assert proc.returncode == 2 and "search.start" in proc.stderr
