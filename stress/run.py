@@ -479,9 +479,11 @@ async def _run(
         manifest["end_time"] = time.time()
         manifest["duration_s"] = clock.now()
         manifest["exit_reason"] = exit_reason
-        manifest["collectors"] = {
-            c.name: _safe_summary(c, live.completion_tokens) for c in collectors
-        }
+        results = {c.name: _safe_summary(c, live.completion_tokens) for c in collectors}
+        # the manifest stays provenance; what the collectors measured is a result
+        _guarded(
+            printer, "collectors.json", lambda: write_json(run_dir / "collectors.json", results)
+        )
         _guarded(printer, "manifest.json", lambda: write_json(run_dir / "manifest.json", manifest))
     if recorder.error is not None:
         raise _recording_error(run_dir, recorder)

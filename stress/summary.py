@@ -172,7 +172,7 @@ def _server_section(files: RunFiles, records: list[RequestRow]) -> dict[str, Any
     """The server's own figures (from the metrics collector) plus the hit rate by round
     from the per-request cached tokens, and the KV pool as the report reads it."""
     manifest = files.manifest
-    collected = (manifest.get("collectors") or {}).get("server")
+    collected = files.collectors.get("server")
     out: dict[str, Any] = dict(collected or {})
     probe = manifest.get("probe") or {}
     out["kv_pool_tokens"] = figures.kv_pool_tokens(files.server, collected, probe)
@@ -208,7 +208,7 @@ def build_summary(run_dir: Path, analysis: Analysis | None = None) -> dict[str, 
         sum(r.get("completion_tokens") or 0 for r in main) / duration if duration else None
     )
     scenario = manifest.get("scenario") or {}
-    collectors = manifest.get("collectors") or {}
+    collectors = files.collectors
     summary = {
         "run_id": manifest.get("run_id", run_dir.name),
         "scenario": scenario.get("name"),
@@ -230,7 +230,7 @@ def build_summary(run_dir: Path, analysis: Analysis | None = None) -> dict[str, 
         "server": _server_section(files, main),
         "gpu": _gpu_section(files),
         "client": collectors.get("client"),
-        "warnings": health_warnings(files) + warnings_for(records, manifest),
+        "warnings": health_warnings(files) + warnings_for(records, manifest, files.collectors),
     }
     summary["verdict"] = analysis.verdict.as_dict()
     summary["capacity"] = analysis.capacity.as_dict()
@@ -247,7 +247,7 @@ def build_summary(run_dir: Path, analysis: Analysis | None = None) -> dict[str, 
 def _gpu_section(files: RunFiles) -> dict[str, Any] | None:
     """The GPU collector's summary, with energy and J/token from ``stress.analysis.figures`` (the
     report shows the same); a run killed before that summary gets them from gpu.jsonl."""
-    collected = (files.manifest.get("collectors") or {}).get("gpu")
+    collected = files.collectors.get("gpu")
     samples = [r for r in files.gpu if r.get("type") == "sample"]
     server_cards = next(
         (r.get("server_cards") for r in files.gpu if r.get("type") == "cards"), None

@@ -37,7 +37,9 @@ def level_of(code: str) -> str:
     return "FAIL" if code in FAIL_CODES else ("NOTE" if code in NOTE_CODES else "WARN")
 
 
-def warnings_for(records: list[RequestRow], manifest: dict[str, Any]) -> list[dict[str, str]]:
+def warnings_for(
+    records: list[RequestRow], manifest: dict[str, Any], collectors: dict[str, Any]
+) -> list[dict[str, str]]:
     """The loud warnings (each: code + one line). Decided on all requests, warm-up included."""
     warns: list[dict[str, str]] = []
 
@@ -142,7 +144,7 @@ def warnings_for(records: list[RequestRow], manifest: dict[str, Any]) -> list[di
     est = manifest.get("tokenizer", "")
     if isinstance(est, str) and est.startswith("estimate"):
         warn("token_estimate", "Token budgets are estimates (no tokenizer available).")
-    client = (manifest.get("collectors") or {}).get("client") or {}
+    client = collectors.get("client") or {}
     if client.get("distorted"):
         evidence = (
             f"{client.get('overloaded_samples')} samples; event-loop lag up to "
@@ -235,7 +237,7 @@ def health_warnings(files: RunFiles) -> list[dict[str, str]]:
             if e["kind"] == "gpu_collector_failed":
                 name = "gpu"
             names.setdefault(name, str(e.get("message") or "no message"))
-    collectors = files.manifest.get("collectors") or {}
+    collectors = files.collectors
     for name, summary in collectors.items():
         if isinstance(summary, dict) and summary.get("error"):
             names.setdefault(str(name), f"its summary failed: {summary['error']}")

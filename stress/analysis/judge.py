@@ -354,7 +354,7 @@ def make_verdict(run: RunData) -> Verdict:
             items.append("GPU hardware errors (Xid / AER / ECC): none.")
     else:
         items.append("GPU hardware errors: not measured (no GPU telemetry in this run).")
-    found = health_warnings(run.files) + warnings_for(recs, run.manifest)
+    found = health_warnings(run.files) + warnings_for(recs, run.manifest, run.files.collectors)
     kinds = Counter(str(e.get("kind")) for e in run.events)
     findings = health_findings(
         HealthCounts(

@@ -91,8 +91,8 @@ class RunData:
         return [str(k) for k in keys] if isinstance(keys, list) and keys else self.gpu_server_cards
 
     def collector(self, name: str) -> dict[str, Any]:
-        c = self.manifest.get("collectors")
-        got = c.get(name) if isinstance(c, dict) else None
+        """One collector's end-of-run results ({} when the run has none: killed, off)."""
+        got = self.files.collectors.get(name)
         return got if isinstance(got, dict) else {}
 
 

@@ -171,6 +171,8 @@ class RunFiles:
 
     path: Path
     manifest: dict[str, Any]
+    collectors: dict[str, Any]
+    """The collectors' end-of-run results (collectors.json; in the manifest before it)."""
     requests: list[RequestRow]
     events: list[EventRow]
     server: list[Record]
@@ -238,6 +240,35 @@ def read_manifest_checked(run_dir: Path) -> dict[str, Any]:
     scale = obj.get("time_scale")
     if scale is not None and scale <= 0:
         raise RunDirError(f"{path} is damaged: time_scale is {scale}, expected a number > 0")
+    return obj
+
+
+def read_collectors(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The collectors' end-of-run results: ``collectors.json`` (written as the run ends;
+    absent after a kill), else the manifest's ``collectors`` (runs before the split), each
+    field the report reads checked like the manifest's."""
+    path = run_dir / "collectors.json"
+    obj: Any = manifest.get("collectors") or {}
+    if path.is_file():
+        try:
+            obj = orjson.loads(path.read_bytes())
+        except orjson.JSONDecodeError:
+            raise RunDirError(f"{path} is damaged (not JSON)") from None
+        except OSError as e:
+            raise RunDirError(f"cannot read {path}: {e.strerror or e}") from None
+    if not isinstance(obj, dict):
+        raise RunDirError(f"{path} is damaged (not a JSON object)")
+    wrapped = {"collectors": obj}
+    for key, kind in MANIFEST_SHAPE:
+        if not key.startswith("collectors."):
+            continue
+        node: Any = wrapped
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if not _type_ok(node, kind):
+            raise RunDirError(
+                f"{path} is damaged: {key} is {type(node).__name__} {_short(node)}, expected {kind}"
+            )
     return obj
 
 
@@ -519,6 +550,7 @@ def read_run_files(run_dir: Path) -> RunFiles:
     return RunFiles(
         path=run_dir,
         manifest=manifest,
+        collectors=read_collectors(run_dir, manifest),
         # the checked boundary: clean_request / clean_event removed every impossible value
         requests=cast("list[RequestRow]", requests),
         events=cast("list[EventRow]", events),

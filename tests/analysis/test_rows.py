@@ -46,3 +46,19 @@ def test_a_newer_schema_is_refused_in_one_line(tmp_path: Path) -> None:
     msg = str(e.value)
     assert "record 2 has schema_version 2" in msg and "upgrade stress" in msg
     assert "\n" not in msg
+
+
+def test_collector_results_live_beside_the_manifest(tmp_path: Path) -> None:
+    """collectors.json holds what the collectors measured; a run from before the split
+    (results in the manifest) reads the same; a damaged file is one line."""
+    import orjson
+
+    old = write_run(tmp_path / "old", manifest(pool=50_000.0), [request(0, 1, 0.0)])
+    assert load_run(old).collector("server")["kv_pool_tokens"] == 50_000.0
+    new = write_run(tmp_path / "new", manifest(), [request(0, 1, 0.0)])
+    (new / "collectors.json").write_bytes(orjson.dumps({"server": {"kv_pool_tokens": 7.0}}))
+    assert load_run(new).collector("server") == {"kv_pool_tokens": 7.0}
+    (new / "collectors.json").write_bytes(b'{"server": {"kv_pool_tokens": "lots"}}')
+    with pytest.raises(RunDirError) as e:
+        load_run(new)
+    assert "collectors.json is damaged: collectors.server.kv_pool_tokens is str" in str(e.value)

@@ -37,6 +37,8 @@ class Run:
     dir: Path
     stdout: str
     manifest: dict[str, Any]
+    collectors: dict[str, Any]
+    """collectors.json: what each collector measured over the run."""
     summary: dict[str, Any]
     requests: list[dict[str, Any]]
     server: list[dict[str, Any]]
@@ -112,6 +114,7 @@ def read_run(out: Path, stdout: str = "") -> Run:
         dir=d,
         stdout=stdout,
         manifest=orjson.loads((d / "manifest.json").read_bytes()),
+        collectors=orjson.loads((d / "collectors.json").read_bytes()),
         summary=orjson.loads((d / "summary.json").read_bytes()),
         requests=read_jsonl(d / "requests.jsonl"),
         server=read_jsonl(d / "server.jsonl"),

@@ -95,7 +95,7 @@ def test_metrics_and_slots_were_collected(per_user_run: Run) -> None:
     assert slots and all(s["total"] == 4 and s["n_ctx_min"] == 4096 for s in slots)
     assert max(s["tokens_in_use"] for s in slots) > 0
     assert any(s.get("kv_usage_source") == "slots_estimate" for s in server)
-    coll = per_user_run.manifest["collectors"]["server"]
+    coll = per_user_run.collectors["server"]
     assert coll["dialect"] == "llamacpp" and coll["metrics_available"], coll
     assert coll["restarts"] == 0 and coll["scrape_errors"] <= coll["scrapes"] // 2, coll
     assert coll["kv_usage_max"] is not None and coll["kv_usage_max"] > 0

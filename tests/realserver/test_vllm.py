@@ -42,7 +42,7 @@ def test_server_kind_version_and_kv_pool_detected(vllm_run: Run) -> None:
     assert probe["kv_pool_tokens"] == 46592, probe["effective_config"].get("cache_config")
     assert probe["context_length"] == 4096
     assert probe["prefix_caching"] is True
-    assert vllm_run.manifest["collectors"]["server"]["kv_pool_tokens"] == 46592
+    assert vllm_run.collectors["server"]["kv_pool_tokens"] == 46592
 
 
 def test_requests_ok_and_cached_tokens_reported(vllm_run: Run) -> None:
@@ -58,7 +58,7 @@ def test_requests_ok_and_cached_tokens_reported(vllm_run: Run) -> None:
 
 
 def test_run_hit_rate_from_counters_matches_per_request_cached_tokens(vllm_run: Run) -> None:
-    coll = vllm_run.manifest["collectors"]["server"]
+    coll = vllm_run.collectors["server"]
     recs = vllm_run.requests
     prompt = sum(r["prompt_tokens"] for r in recs)
     cached = sum(r["cached_tokens"] for r in recs)

@@ -52,7 +52,7 @@ def test_small_kv_pool_shows_preemptions(small_vllm: ServerProcess, tmp_path: Pa
     assert run.manifest["probe"]["kv_pool_tokens"] == 9 * 128
     recs = run.requests
     assert len(recs) == 4 and all(r["outcome"] == "ok" for r in recs), [describe(r) for r in recs]
-    coll = run.manifest["collectors"]["server"]
+    coll = run.collectors["server"]
     assert coll["preemptions"] and coll["preemptions"] > 0, coll
     assert any((s.get("preemptions") or 0) > 0 for s in run.server)
     # the pre-flight warned that a conversation at the ceiling (800 + 400) exceeds the pool
