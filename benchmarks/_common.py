@@ -1,7 +1,7 @@
 """Shared pieces of the client benchmarks: SSE bodies, an nginx target, the client driver.
 
 Not a benchmark itself. The driver runs the real ``stress.client.ChatClient`` on the
-session ``stress.run.make_session`` builds, so the figures are those of the code a run
+session ``stress.target.make_session`` builds, so the figures are those of the code a run
 uses, not of a copy.
 """
 
@@ -27,7 +27,7 @@ import psutil
 
 from stress.client import ChatClient, TimeoutPolicy
 from stress.record import RequestRecord
-from stress.run import make_session
+from stress.target import make_session
 
 POLICY = TimeoutPolicy(connect=10, first_token=60, stall=60, total=600)
 WORDS = (" the", " model", " streams", " one", " token", " per", " chunk", ",", " and", " so")

@@ -17,8 +17,8 @@ from aiohttp import web
 
 from stress.client import ChatClient, TimeoutPolicy, _check_ok
 from stress.record import RequestRecord
-from stress.run import make_session
 from stress.sse import MAX_EVENT_BYTES
+from stress.target import make_session
 from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
 
 ROOT = Path(__file__).resolve().parents[1]
