@@ -154,7 +154,8 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         )
         return 2
     out = _usable_out(Path(args.out))
-    flags = {"start": args.start, "factor": args.factor, "max_users": args.max_users}
+    flags = {"axis": args.axis, "start": args.start, "factor": args.factor}
+    flags |= {"max_users": args.max_users}
     flags |= {"width": args.width, "repeat": args.repeat}
     try:
         settings = SearchSpec.model_validate(
@@ -232,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=_duration_arg, help="length of each pass, e.g. 2m")
     p.add_argument("--rounds", type=_positive_int, help="rounds per user in each pass")
     # each overrides the scenario's search: section (defaults there: docs/capacity.md)
+    p.add_argument(
+        "--axis", choices=("users", "length"), help="vary the users (default) or the length"
+    )
     p.add_argument("--start", type=_positive_int, help="users of the first step (1)")
     p.add_argument("--max-users", type=_positive_int, help="most users to try (64)")
     p.add_argument("--factor", type=float, help="growth of the user count per step (2)")

@@ -432,6 +432,9 @@ class SearchSpec(_Model):
     """``stress capacity``: how the search for the users where the SLO breaks proceeds
     (docs/capacity.md). Command-line flags of the same names override these."""
 
+    axis: Literal["users", "length"] = "users"
+    """What the search varies: the number of users (the scenario's conversation length),
+    or the conversation length (``conversation.start_tokens``) at the scenario's users."""
     start: Int = Field(default=1, ge=1, le=MAX_USERS)
     """Users of the first step."""
     factor: Float = Field(default=2.0, gt=1, le=16)
@@ -442,6 +445,12 @@ class SearchSpec(_Model):
     """Stop bisecting when the bracket [met, missed] is this narrow (in users)."""
     repeat: Int = Field(default=2, ge=1, le=20)
     """Passes per step; a step is MET only when every pass met the SLO."""
+    length_start: Int = Field(default=2000, ge=1, le=MAX_TOKENS)
+    """axis: length: tokens of history of the first step."""
+    length_max: Int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    """axis: length: the longest history tried (default: 90 % of ceiling_tokens)."""
+    length_width: Int = Field(default=2000, ge=1, le=MAX_TOKENS)
+    """axis: length: stop bisecting when the bracket is this narrow (tokens)."""
     min_requests: Int = Field(default=40, ge=20, le=100_000)
     """A scenario bounded by rounds gets enough rounds per user for this many judged
     requests in each pass (the SLO needs 20)."""
@@ -928,10 +937,13 @@ def with_overrides(
     duration: float | None = None,
     target: str | None = None,
     rounds: int | None = None,
+    start_tokens: int | None = None,
 ) -> LoadedScenario:
     """Apply CLI overrides and re-validate (so an override cannot bypass the checks);
     a refused override is one line naming the option."""
     data = loaded.scenario.model_dump()
+    if start_tokens is not None:
+        data["conversation"]["start_tokens"] = start_tokens
     if users is not None:
         data["users"]["count"] = users
     if duration is not None:

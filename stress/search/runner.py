@@ -28,14 +28,29 @@ HEALTH_STOPS = frozenset({"hangs"})
 NOT_SLO = frozenset({"slo", "slo_not_judged"})
 
 
-def step_scenario(loaded: LoadedScenario, users: int, min_requests: int) -> LoadedScenario:
-    """The scenario at ``users`` users; with ``rounds``, at least enough of them for
-    ``min_requests`` judged requests."""
+def step_scenario(loaded: LoadedScenario, spec: SearchSpec, value: int) -> LoadedScenario:
+    """The scenario at one value of the axis (users, or tokens of history for the length
+    axis); with ``rounds``, at least enough of them for ``min_requests`` judged requests
+    (a history turn is warm-up, so the length axis adds one)."""
     sc = loaded.scenario
+    length = spec.axis == "length"
+    users = sc.users.count if length else value
     rounds = sc.rounds
     if rounds is not None:
-        rounds = max(rounds, sc.warmup.rounds + math.ceil(min_requests / users))
-    return with_overrides(loaded, users=users, rounds=rounds)
+        warm = sc.warmup.rounds + (1 if length else 0)
+        rounds = max(rounds, warm + math.ceil(spec.min_requests / users))
+    return with_overrides(
+        loaded, users=users, rounds=rounds, start_tokens=value if length else None
+    )
+
+
+def make_search(loaded: LoadedScenario, spec: SearchSpec) -> Search:
+    """The pure search over the scenario's axis."""
+    if spec.axis == "length":
+        top = spec.length_max or int(0.9 * loaded.scenario.conversation.ceiling_tokens)
+        start = min(spec.length_start, top)
+        return Search(start, spec.factor, top, spec.length_width, unit="tokens")
+    return Search(spec.start, spec.factor, spec.max_users, spec.width)
 
 
 def judge_step(step: Step, summaries: list[dict[str, Any]]) -> None:
@@ -90,28 +105,30 @@ async def run_search(
     """Search, writing each pass's run directory and ``capacity.json`` under a new
     directory in ``out_dir``; returns the finished search and that directory."""
     root = new_run_dir(out_dir, f"capacity-{loaded.scenario.name}")
-    search = Search(settings.start, settings.factor, settings.max_users, settings.width)
+    search = make_search(loaded, settings)
     slo = loaded.scenario.slo
     criterion = slo_text(slo.ttft_p95, slo.decode_tok_s_p50)
     say(f"capacity search: {loaded.scenario.name}, SLO {criterion}; writing {root}")
     started = time.time()
-    while (users := search.next_users()) is not None:
-        step = Step(users)
+    at = f" at {loaded.scenario.users.count} users" if settings.axis == "length" else ""
+    while (value := search.next_value()) is not None:
+        step = Step(value)
         summaries: list[dict[str, Any]] = []
         for k in range(settings.repeat):
             say(
-                f"step {len(search.steps) + 1}: {users} users, pass {k + 1}/{settings.repeat}"
+                f"step {len(search.steps) + 1}: {search.fmt(value)}{at}, pass "
+                f"{k + 1}/{settings.repeat}"
                 f"  (bracket so far: {bracket_text(search)})"
             )
-            outcome = await run_pass(step_scenario(loaded, users, settings.min_requests), root)
+            outcome = await run_pass(step_scenario(loaded, settings, value), root)
             step.run_dirs.append(str(Path(outcome.run_dir).relative_to(root)))
             summaries.append(outcome.summary)
         judge_step(step, summaries)
         search.steps.append(step)
-        say(f"step {len(search.steps)}: {users} users -> {step_text(step)}")
-        write_json(root / "capacity.json", document(search, settings, criterion, started))
-    write_json(root / "capacity.json", document(search, settings, criterion, started))
-    say(f"\n{answer_line(search, criterion)}")
+        say(f"step {len(search.steps)}: {search.fmt(value)}{at} -> {step_text(step)}")
+        write_json(root / "capacity.json", document(search, settings, criterion, started, at))
+    write_json(root / "capacity.json", document(search, settings, criterion, started, at))
+    say(f"\n{answer_line(search, criterion, at)}")
     say(f"stopped: {STOP_TEXT[search.stop or 'bracket']}")
     say(f"search directory: {root}  (each step's runs: stress ls {root})")
     return search, root
@@ -119,25 +136,27 @@ async def run_search(
 
 STOP_TEXT = {
     "bracket": "the bracket is as narrow as asked (search.width)",
-    "max_users": "the SLO held up to search.max_users",
+    "maximum": "the SLO held up to the most the search may try (search.max_users / length_max)",
     "hang": "the server hung",
     "not_judged": "a step had fewer requests than the SLO needs to be judged (20); "
     "lengthen the steps (duration or rounds)",
-    "missed_at_start": "the SLO was missed at the fewest users tried",
+    "missed_at_start": "the SLO was missed at the least the search tried",
 }
 
 
-def answer_line(search: Search, criterion: str) -> str:
+def answer_line(search: Search, criterion: str, at: str = "") -> str:
     """'capacity at SLO (TTFT p95 <= 5 s): 11 users [11-12] with conversations up to 30k
-    tokens; first limit: ...' (the limit the first missed step's analysis named)."""
+    tokens; first limit: ...' (the limit the first missed step's analysis named); on the
+    length axis '... : 12k tokens [12-14] of history at 8 users ...'."""
     line = f"capacity at SLO ({criterion}): {search.answer()}"
+    line += " of history" + at if search.unit == "tokens" and search.met else ""
     lo, hi = search.met, search.missed
     if lo is not None and lo.conversation_tokens:
         line += f" with conversations up to {tokens(lo.conversation_tokens)} tokens"
     if hi is not None and hi.limit:
-        line += f"; first limit: {hi.limit} (at {hi.users} users)"
+        line += f"; first limit: {hi.limit} (at {search.fmt(hi.value)})"
     elif hi is not None and hi.reasons:
-        line += f"; at {hi.users} users: {', '.join(dict.fromkeys(hi.reasons))}"
+        line += f"; at {search.fmt(hi.value)}: {', '.join(dict.fromkeys(hi.reasons))}"
     return line
 
 
@@ -152,7 +171,7 @@ def slo_text(ttft: float | None, decode: float | None) -> str:
 
 def bracket_text(search: Search) -> str:
     lo, hi = search.met, search.missed
-    return f"[{lo.users if lo else '?'}-{hi.users if hi else '?'}]"
+    return f"[{lo.value if lo else '?'}-{hi.value if hi else '?'}]"
 
 
 def step_text(step: Step) -> str:
@@ -162,7 +181,7 @@ def step_text(step: Step) -> str:
 
 
 def document(
-    search: Search, settings: SearchSpec, criterion: str, started: float
+    search: Search, settings: SearchSpec, criterion: str, started: float, at: str = ""
 ) -> dict[str, Any]:
     lo, hi = search.met, search.missed
     return {
@@ -171,8 +190,10 @@ def document(
         "settings": settings.model_dump(),
         "started": started,
         "steps": [asdict(s) for s in search.steps],
-        "bracket": [lo.users if lo else None, hi.users if hi else None],
+        "axis": settings.axis,
+        "unit": search.unit,
+        "bracket": [lo.value if lo else None, hi.value if hi else None],
         "answer": search.answer(),
-        "answer_line": answer_line(search, criterion),
+        "answer_line": answer_line(search, criterion, at),
         "stop": search.stop,
     }

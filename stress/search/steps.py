@@ -2,7 +2,7 @@
 
 Pure (no I/O, no runs), so the search is tested on its own and the runner only executes
 what it is told. The search grows the user count geometrically from ``start`` until a step
-misses the SLO (or ``max_users`` is reached), then bisects between the last step that met
+misses the SLO (or ``maximum`` is reached), then bisects between the last step that met
 it and the first that missed, until the bracket is ``width`` users wide:
 
     1 MET, 2 MET, 4 MET, 8 MISSED -> 6 MET -> 7 MISSED: capacity 6 users [6-7]
@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 StepStatus = Literal["MET", "MISSED", "NOT JUDGED"]
-StopReason = Literal["bracket", "max_users", "hang", "not_judged", "missed_at_start"]
+StopReason = Literal["bracket", "maximum", "hang", "not_judged", "missed_at_start"]
 
 
 @dataclass(slots=True)
 class Step:
-    """One user count, tried ``passes`` times; filled in by the runner."""
+    """One value of the axis (a user count or a history length), tried ``repeat`` times;
+    filled in by the runner."""
 
-    users: int
+    value: int
+    """The axis value tried: users, or tokens of history (``Search.unit``)."""
     status: StepStatus = "NOT JUDGED"
     factors: list[float] = field(default_factory=list)
     """The worst SLO factor of each pass (above 1: missed)."""
@@ -44,14 +46,16 @@ class Step:
 class Search:
     start: int = 1
     factor: float = 2.0
-    max_users: int = 64
+    maximum: int = 64
     width: int = 1
+    unit: str = "users"
+    """What the values count: "users" or "tokens" (the length axis)."""
     steps: list[Step] = field(default_factory=list)
     stop: StopReason | None = None
 
     def __post_init__(self) -> None:
-        if not (1 <= self.start <= self.max_users) or self.factor <= 1 or self.width < 1:
-            raise ValueError("search needs 1 <= start <= max_users, factor > 1, width >= 1")
+        if not (1 <= self.start <= self.maximum) or self.factor <= 1 or self.width < 1:
+            raise ValueError("search needs 1 <= start <= maximum, factor > 1, width >= 1")
 
     @property
     def met(self) -> Step | None:
@@ -60,17 +64,17 @@ class Search:
         good = [
             s
             for s in self.steps
-            if s.status == "MET" and (missed is None or s.users < missed.users)
+            if s.status == "MET" and (missed is None or s.value < missed.value)
         ]
-        return max(good, key=lambda s: s.users, default=None)
+        return max(good, key=lambda s: s.value, default=None)
 
     @property
     def missed(self) -> Step | None:
         """The smallest step that missed."""
         bad = [s for s in self.steps if s.status == "MISSED"]
-        return min(bad, key=lambda s: s.users, default=None)
+        return min(bad, key=lambda s: s.value, default=None)
 
-    def next_users(self) -> int | None:
+    def next_value(self) -> int | None:
         """The user count to try next; None when the search has its answer (``stop``)."""
         if self.stop is not None:
             return None
@@ -86,33 +90,40 @@ class Search:
         lo, hi = self.met, self.missed
         if hi is None:  # still growing
             assert lo is not None
-            if lo.users >= self.max_users:
-                self.stop = "max_users"
+            if lo.value >= self.maximum:
+                self.stop = "maximum"
                 return None
-            return min(self.max_users, max(lo.users + 1, round(lo.users * self.factor)))
+            return min(self.maximum, max(lo.value + 1, round(lo.value * self.factor)))
         if lo is None:  # missed at the fewest users tried: look below
-            below = hi.users // 2
+            below = hi.value // 2
             if below < 1 or below in self._tried:
                 self.stop = "missed_at_start"
                 return None
             return below
-        if hi.users - lo.users <= self.width:
+        if hi.value - lo.value <= self.width:
             self.stop = "bracket"
             return None
-        return (lo.users + hi.users) // 2
+        return (lo.value + hi.value) // 2
 
     @property
     def _tried(self) -> set[int]:
-        return {s.users for s in self.steps}
+        return {s.value for s in self.steps}
+
+    def fmt(self, v: int) -> str:
+        """'6 users', '12k tokens'."""
+        if self.unit == "tokens":
+            return f"{v / 1000:g}k tokens" if v >= 1000 else f"{v} tokens"
+        return f"{v} user{'' if v == 1 else 's'}"
 
     def answer(self) -> str:
-        """'6 users [6-7]', '>= 64 users (the most tried)', or why there is no answer."""
+        """'6 users [6-7]', '>= 64 users (...)', or why there is no answer."""
         lo, hi = self.met, self.missed
         if self.stop == "not_judged":
             return "no answer: a step had too few requests to judge (lengthen search steps)"
         if lo is None:
-            where = f" at {hi.users} user{'' if hi.users == 1 else 's'}" if hi else ""
-            return f"no capacity found: the SLO was missed{where}, the fewest users tried"
+            where = f" at {self.fmt(hi.value)}" if hi else ""
+            return f"no capacity found: the SLO was missed{where}, the least tried"
         if hi is None:
-            return f">= {lo.users} users (the SLO held up to the most users tried)"
-        return f"{lo.users} users [{lo.users}-{hi.users}]"
+            return f">= {self.fmt(lo.value)} (the SLO held up to the most tried)"
+        bracket = f"[{self.fmt(lo.value).split()[0]}-{self.fmt(hi.value).split()[0]}]"
+        return f"{self.fmt(lo.value)} {bracket}"

@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from stress.analysis.limits import EXIT_VERDICT_FAIL
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SCENARIO = """\
@@ -65,8 +67,18 @@ def stress_run(tmp: Path, url: str, *, timeout_s: float = 600, **scenario: Any) 
         cwd=ROOT,
         check=False,
     )
-    assert proc.returncode == 0, f"stress run failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
-    return read_run(out, proc.stdout)
+    assert proc.returncode in (0, EXIT_VERDICT_FAIL), (
+        f"stress run failed ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    )
+    run = read_run(out, proc.stdout)
+    assert_exit_follows_verdict(proc.returncode, run)
+    return run
+
+
+def assert_exit_follows_verdict(code: int, run: Run) -> None:
+    """A completed run exits 0 for PASS and WARN, EXIT_VERDICT_FAIL for FAIL."""
+    status = run.summary["verdict"]["status"]
+    assert code == (EXIT_VERDICT_FAIL if status == "FAIL" else 0), (code, status)
 
 
 def write_scenario(

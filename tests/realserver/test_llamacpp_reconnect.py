@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.realserver.runs import ROOT, describe, read_jsonl, read_run, stress_run, write_scenario
+from tests.realserver.runs import (
+    ROOT,
+    assert_exit_follows_verdict,
+    describe,
+    read_jsonl,
+    read_run,
+    stress_run,
+    write_scenario,
+)
 from tests.realserver.servers import ServerProcess, free_port
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(2700)]
@@ -95,9 +103,9 @@ def test_server_killed_and_restarted_mid_run(
         if proc.poll() is None:
             proc.kill()
         server.stop()
-    assert proc.returncode == 0, stderr[-3000:]
     assert "Traceback" not in stdout + stderr
     run = read_run(out, stdout)
+    assert_exit_follows_verdict(proc.returncode, run)  # a restart: FAIL, exit 3
     recs = run.requests
     _assert_truthful(recs)
     per_user = Counter(r["user"] for r in recs)

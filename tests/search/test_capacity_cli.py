@@ -57,7 +57,7 @@ def test_search_brackets_the_slots(tmp_path: Path) -> None:
     (root,) = out.iterdir()
     doc = orjson.loads((root / "capacity.json").read_bytes())
     assert doc["bracket"] == [SLOTS, SLOTS + 1] and doc["stop"] == "bracket"
-    assert [s["users"] for s in doc["steps"]] == [2, 4, 8, 6, 5]
+    assert [s["value"] for s in doc["steps"]] == [2, 4, 8, 6, 5]
     assert [s["status"] for s in doc["steps"]] == ["MET", "MET", "MISSED", "MISSED", "MISSED"]
     # every pass is a complete run directory with its own summary and report
     for s in doc["steps"]:
@@ -103,3 +103,50 @@ def test_search_section_of_the_scenario_is_validated(tmp_path: Path) -> None:
     path.write_text(SCENARIO + "search: {start: 0}\n")
     proc = stress("validate", str(path), timeout=60)
     assert proc.returncode == 2 and "search.start" in proc.stderr
+
+
+# The length axis: 4 users whose conversations are each pre-filled with L tokens and then
+# grow by ~2.2k tokens over 8 rounds, in a KV pool of 52,800 tokens. While 4 x (L + 2.2k)
+# fits, every follow-up turn prefills only its new paste (~5 ms at 50,000 tok/s); past
+# it, LRU eviction makes every turn recompute its whole history (>= 0.2 s): the capacity
+# is L = 52,800 / 4 - 2,200 = 11,000 tokens by construction. Real time (no time scale),
+# so the client's own milliseconds are not multiplied into the SLO's margin.
+POOL = 52_800
+GROWTH = 8 * (250 + 30)
+LENGTH_SCENARIO = f"""\
+name: pool_{POOL}
+target:
+  url: sim
+  sim: {{kv_tokens: {POOL}, max_seqs: 16, seed: 2,
+         prefill_tokens_per_s: 50000, decode_tokens_per_s: 300, decode_batch_slowdown: 0,
+         decode_context_slowdown_per_1k: 0, max_batched_tokens: 65536,
+         reply_tokens_min: 30, reply_tokens_max: 30}}
+users: {{count: 4, ramp_up: 0.2s, think_time: {{min: 0.01s, max: 0.02s}}}}
+rounds: 8
+conversation:
+  cache: per_user
+  ceiling_tokens: 40000
+  turn:
+    paste: {{corpus: {ROOT / "corpora" / "en"}, tokens: [240, 260]}}
+    ask: ["Summarise this."]
+request: {{max_tokens: 30}}
+warmup: {{rounds: 0}}
+slo: {{ttft_p95: 0.1s}}
+search: {{axis: length, length_start: 2000, length_width: 2000, repeat: 1, min_requests: 20}}
+"""
+
+
+@pytest.mark.slow
+def test_length_search_brackets_the_pool(tmp_path: Path) -> None:
+    path = tmp_path / "length.yaml"
+    path.write_text(LENGTH_SCENARIO)
+    out = tmp_path / "out"
+    proc = stress("capacity", str(path), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (root,) = out.iterdir()
+    doc = orjson.loads((root / "capacity.json").read_bytes())
+    lo, hi = doc["bracket"]
+    capacity = POOL / 4 - GROWTH
+    assert lo <= capacity < hi and hi - lo <= 2000, doc["steps"]
+    assert doc["axis"] == "length" and doc["unit"] == "tokens"
+    assert f"{lo / 1000:g}k tokens [" in proc.stdout and "of history at 4 users" in proc.stdout

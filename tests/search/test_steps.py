@@ -10,7 +10,7 @@ from stress.search.steps import Search, Step
 def drive(search: Search, capacity: int, hang_at: int | None = None) -> list[int]:
     """Run the search against a server whose SLO holds up to ``capacity`` users."""
     tried: list[int] = []
-    while (users := search.next_users()) is not None:
+    while (users := search.next_value()) is not None:
         tried.append(users)
         step = Step(users, "MET" if users <= capacity else "MISSED")
         step.hang = hang_at is not None and users >= hang_at
@@ -19,34 +19,34 @@ def drive(search: Search, capacity: int, hang_at: int | None = None) -> list[int
 
 
 def test_grows_then_bisects_to_a_bracket_of_one() -> None:
-    s = Search(start=1, factor=2.0, max_users=64)
+    s = Search(start=1, factor=2.0, maximum=64)
     assert drive(s, capacity=6) == [1, 2, 4, 8, 6, 7]
     assert s.answer() == "6 users [6-7]" and s.stop == "bracket"
 
 
 @pytest.mark.parametrize("capacity", [1, 2, 3, 5, 11, 17, 40, 63])
 def test_brackets_any_capacity(capacity: int) -> None:
-    s = Search(start=1, max_users=64)
+    s = Search(start=1, maximum=64)
     drive(s, capacity)
     assert s.met is not None and s.missed is not None
-    assert s.met.users == capacity and s.missed.users == capacity + 1
+    assert s.met.value == capacity and s.missed.value == capacity + 1
 
 
 def test_a_wider_bracket_costs_fewer_steps() -> None:
-    narrow, wide = Search(max_users=64), Search(max_users=64, width=4)
+    narrow, wide = Search(maximum=64), Search(maximum=64, width=4)
     assert len(drive(wide, 21)) < len(drive(narrow, 21))
     assert wide.met is not None and wide.missed is not None
-    assert wide.missed.users - wide.met.users <= 4 and wide.met.users <= 21 < wide.missed.users
+    assert wide.missed.value - wide.met.value <= 4 and wide.met.value <= 21 < wide.missed.value
 
 
-def test_stops_at_max_users() -> None:
-    s = Search(start=4, max_users=20)
+def test_stops_at_maximum() -> None:
+    s = Search(start=4, maximum=20)
     assert drive(s, capacity=1000) == [4, 8, 16, 20]
-    assert s.stop == "max_users" and s.answer().startswith(">= 20 users")
+    assert s.stop == "maximum" and s.answer().startswith(">= 20 users")
 
 
 def test_missed_at_the_start_looks_below() -> None:
-    s = Search(start=8, max_users=64)
+    s = Search(start=8, maximum=64)
     assert drive(s, capacity=2) == [8, 4, 2, 3]
     assert s.answer() == "2 users [2-3]"
     s = Search(start=1)
@@ -55,7 +55,7 @@ def test_missed_at_the_start_looks_below() -> None:
 
 
 def test_a_hang_ends_the_search() -> None:
-    s = Search(start=1, max_users=64)
+    s = Search(start=1, maximum=64)
     assert drive(s, capacity=100, hang_at=8) == [1, 2, 4, 8]
     assert s.stop == "hang"
 
@@ -63,7 +63,7 @@ def test_a_hang_ends_the_search() -> None:
 def test_a_step_that_cannot_be_judged_ends_the_search() -> None:
     s = Search()
     s.steps.append(Step(1, "NOT JUDGED"))
-    assert s.next_users() is None and s.stop == "not_judged"
+    assert s.next_value() is None and s.stop == "not_judged"
     assert "too few requests" in s.answer()
 
 
