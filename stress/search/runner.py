@@ -59,6 +59,10 @@ def judge_step(step: Step, summaries: list[dict[str, Any]]) -> None:
     when a pass had too few requests to judge."""
     statuses: list[str] = []
     for s in summaries:
+        server = s.get("server") or {}
+        if isinstance(server.get("probe_slots"), int) and server.get("probe_kind") == "llamacpp":
+            step.slots = int(server["probe_slots"])
+            step.slot_context = int(server.get("probe_context_length") or 0)
         capacity = s.get("capacity") or {}
         step.conversation_tokens = max(
             step.conversation_tokens, int(capacity.get("max_conversation_tokens") or 0)
@@ -129,6 +133,13 @@ async def run_search(
         write_json(root / "capacity.json", document(search, settings, criterion, started, at))
     write_json(root / "capacity.json", document(search, settings, criterion, started, at))
     say(f"\n{answer_line(search, criterion, at)}")
+    slots = next((s for s in search.steps if s.slots), None)
+    if slots is not None:  # llama.cpp: the slots bound every answer
+        say(
+            f"llama.cpp serves {slots.slots} slots of {tokens(slots.slot_context)} tokens: at "
+            "most that many requests run at once (others wait), and no conversation grows "
+            "past a slot's context"
+        )
     say(f"stopped: {STOP_TEXT[search.stop or 'bracket']}")
     say(f"search directory: {root}  (each step's runs: stress ls {root})")
     return search, root
@@ -195,5 +206,6 @@ def document(
         "bracket": [lo.value if lo else None, hi.value if hi else None],
         "answer": search.answer(),
         "answer_line": answer_line(search, criterion, at),
+        "llamacpp_slots": next((s.slots for s in search.steps if s.slots), None),
         "stop": search.stop,
     }

@@ -40,6 +40,9 @@ class Step:
     """The longest conversation any pass reached (tokens)."""
     limit: str = ""
     """The heaviest cause the passes' analysis named ("a KV pool smaller than ...")."""
+    slots: int = 0
+    """llama.cpp: the server's slots (the probe's), which bound the search; 0 otherwise."""
+    slot_context: int = 0
 
 
 @dataclass(slots=True)
