@@ -213,14 +213,8 @@ def read_jsonl_counted(path: Path) -> tuple[list[Record], int]:
     return out, bad
 
 
-def read_manifest_checked(run_dir: Path) -> dict[str, Any]:
-    """The manifest, with every field the report reads of the type it must have."""
-    path = run_dir / "manifest.json"
-    if not run_dir.is_dir() or not path.is_file():
-        raise RunDirError(
-            f"{run_dir} is not a run directory (no manifest.json) -- fix: pass a folder "
-            "under out/ made by `stress run`"
-        )
+def _json_object(path: Path) -> dict[str, Any]:
+    """A JSON object file, or ``RunDirError`` in one line saying what is wrong with it."""
     try:
         obj = orjson.loads(path.read_bytes())
     except orjson.JSONDecodeError:
@@ -229,7 +223,14 @@ def read_manifest_checked(run_dir: Path) -> dict[str, Any]:
         raise RunDirError(f"cannot read {path}: {e.strerror or e}") from None
     if not isinstance(obj, dict):
         raise RunDirError(f"{path} is damaged (not a JSON object)")
+    return obj
+
+
+def _check_shape(obj: dict[str, Any], path: Path, prefix: str = "") -> None:
+    """Every ``MANIFEST_SHAPE`` field under ``prefix`` of the type the readers need."""
     for key, kind in MANIFEST_SHAPE:
+        if not key.startswith(prefix):
+            continue
         node: Any = obj
         for part in key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
@@ -237,6 +238,18 @@ def read_manifest_checked(run_dir: Path) -> dict[str, Any]:
             raise RunDirError(
                 f"{path} is damaged: {key} is {type(node).__name__} {_short(node)}, expected {kind}"
             )
+
+
+def read_manifest_checked(run_dir: Path) -> dict[str, Any]:
+    """The manifest, with every field the report reads of the type it must have."""
+    path = run_dir / "manifest.json"
+    if not run_dir.is_dir() or not path.is_file():
+        raise RunDirError(
+            f"{run_dir} is not a run directory (no manifest.json) -- fix: pass a folder "
+            "under out/ made by `stress run`"
+        )
+    obj = _json_object(path)
+    _check_shape(obj, path)
     scale = obj.get("time_scale")
     if scale is not None and scale <= 0:
         raise RunDirError(f"{path} is damaged: time_scale is {scale}, expected a number > 0")
@@ -248,27 +261,10 @@ def read_collectors(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     absent after a kill), else the manifest's ``collectors`` (runs before the split), each
     field the report reads checked like the manifest's."""
     path = run_dir / "collectors.json"
-    obj: Any = manifest.get("collectors") or {}
-    if path.is_file():
-        try:
-            obj = orjson.loads(path.read_bytes())
-        except orjson.JSONDecodeError:
-            raise RunDirError(f"{path} is damaged (not JSON)") from None
-        except OSError as e:
-            raise RunDirError(f"cannot read {path}: {e.strerror or e}") from None
-    if not isinstance(obj, dict):
-        raise RunDirError(f"{path} is damaged (not a JSON object)")
-    wrapped = {"collectors": obj}
-    for key, kind in MANIFEST_SHAPE:
-        if not key.startswith("collectors."):
-            continue
-        node: Any = wrapped
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        if not _type_ok(node, kind):
-            raise RunDirError(
-                f"{path} is damaged: {key} is {type(node).__name__} {_short(node)}, expected {kind}"
-            )
+    if not path.is_file():
+        return manifest.get("collectors") or {}  # checked with the manifest
+    obj = _json_object(path)
+    _check_shape({"collectors": obj}, path, "collectors.")
     return obj
 
 
