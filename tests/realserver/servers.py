@@ -160,3 +160,13 @@ def start_vllm(
     server = ServerProcess("vllm", cmd, port, log_dir / "vllm.log", env=env)
     server.wait_healthy(timeout_s=VLLM_STARTUP_S)
     return server
+
+
+def start_llamacpp(bin_: Path, model: Path, port: int, log: Path, slots: int = 2) -> ServerProcess:
+    """A small llama-server of its own for a test that restarts it or needs few slots:
+    ``slots`` slots sharing 8,192 tokens of context, 2 threads, /metrics on."""
+    cmd = [str(bin_), "-m", str(model), "--parallel", str(slots), "-c", "8192", "--metrics",
+           "--host", "127.0.0.1", "--port", str(port), "--threads", "2"]  # fmt: skip
+    server = ServerProcess("llama-server", cmd, port, log, env={})
+    server.wait_healthy(timeout_s=90)
+    return server

@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from tests.realserver.runs import ROOT, stress_run, write_scenario
-from tests.realserver.servers import ServerProcess, free_port
+from tests.realserver.servers import free_port, start_llamacpp
 
 OPT_IN = "STRESS_VALIDATE_CAPACITY"
 pytestmark = [
@@ -35,19 +35,10 @@ pytestmark = [
 SLOTS = 2
 
 
-def _server(bin_: Path, model: Path, log: Path) -> ServerProcess:
-    port = free_port()
-    cmd = [str(bin_), "-m", str(model), "--parallel", str(SLOTS), "-c", "8192", "--metrics",
-           "--host", "127.0.0.1", "--port", str(port), "--threads", "2"]  # fmt: skip
-    server = ServerProcess("llama-server", cmd, port, log, env={})
-    server.wait_healthy(timeout_s=90)
-    return server
-
-
 def test_capacity_search_finds_the_slots(
     llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
 ) -> None:
-    server = _server(llama_server_bin, smollm2_gguf, tmp_path / "server.log")
+    server = start_llamacpp(llama_server_bin, smollm2_gguf, free_port(), tmp_path / "s.log", SLOTS)
     try:
         # short conversations: a CPU prefills a few hundred tokens per second
         spec = {"paste": (40, 60), "ceiling": 800, "max_tokens": 64, "think": ("0.01s", "0.02s")}

@@ -27,7 +27,7 @@ from tests.realserver.runs import (
     stress_run,
     write_scenario,
 )
-from tests.realserver.servers import ServerProcess, free_port
+from tests.realserver.servers import ServerProcess, free_port, start_llamacpp
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(2700)]
 
@@ -55,21 +55,13 @@ def test_idle_keepalive_connections_closed_by_the_server(
     assert not [e for e in run.events if e["kind"] == "user_crashed"]
 
 
-def _start(bin_: Path, model: Path, port: int, log: Path) -> ServerProcess:
-    cmd = [str(bin_), "-m", str(model), "--parallel", "2", "-c", "8192", "--metrics",
-           "--host", "127.0.0.1", "--port", str(port), "--threads", "2"]  # fmt: skip
-    server = ServerProcess("llama-server", cmd, port, log, env={})
-    server.wait_healthy(timeout_s=90)
-    return server
-
-
 def test_server_killed_and_restarted_mid_run(
     llama_server_bin: Path, smollm2_gguf: Path, tmp_path: Path
 ) -> None:
     """kill -9 of the server while users are mid-conversation, back 5 s later: requests in
     the gap are errors, every user goes on and finishes all its rounds."""
     port = free_port()
-    server = _start(llama_server_bin, smollm2_gguf, port, tmp_path / "a.log")
+    server = start_llamacpp(llama_server_bin, smollm2_gguf, port, tmp_path / "a.log")
     users, rounds = 3, 8
     scenario = write_scenario(
         tmp_path, server.url, name="rs_restart", users=users, rounds=rounds,
@@ -97,7 +89,7 @@ def test_server_killed_and_restarted_mid_run(
         server.proc.wait(timeout=30)
         server.stop()
         time.sleep(5)
-        server = _start(llama_server_bin, smollm2_gguf, port, tmp_path / "b.log")
+        server = start_llamacpp(llama_server_bin, smollm2_gguf, port, tmp_path / "b.log")
         stdout, stderr = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
