@@ -64,6 +64,21 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _lengths_arg(text: str) -> list[int]:
+    """'2000,8000,32k' -> [2000, 8000, 32000]."""
+    out = []
+    for part in text.split(","):
+        p = part.strip().lower()
+        scale = 1000 if p.endswith("k") else 1
+        try:
+            out.append(int(float(p.removesuffix("k")) * scale))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not a number of tokens; give e.g. 2000,8000,32k"
+            ) from None
+    return out
+
+
 def _usable_out(out: Path) -> Path:
     """The ``--out`` folder, created if needed; ``RunDirError`` (exit 1, one line) when it
     is a file or cannot be written, before the run starts anything."""
@@ -156,25 +171,32 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     out = _usable_out(Path(args.out))
     flags = {"axis": args.axis, "start": args.start, "factor": args.factor}
     flags |= {"max_users": args.max_users}
-    flags |= {"width": args.width, "repeat": args.repeat}
+    flags |= {"width": args.width, "repeat": args.repeat, "lengths": args.lengths}
     try:
         settings = SearchSpec.model_validate(
             loaded.scenario.search.model_dump() | {k: v for k, v in flags.items() if v is not None}
         )
     except ValidationError as e:
         err = e.errors()[0]
-        flag = "--" + "-".join(str(p) for p in err["loc"]).replace("_", "-")
+        flag = "--" + str(err["loc"][0] if err["loc"] else "").replace("_", "-")
         where = f"{flag}: " if err["loc"] else ""
         msg = str(err["msg"]).removeprefix("Value error, ")
         fix = "" if " -- fix: " in msg else " -- fix: see docs/capacity.md"
         print(f"stress capacity: {where}{msg}{fix}", file=sys.stderr)
         return 2
 
-    async def one_pass(step: LoadedScenario, root: Path) -> Any:
-        return await execute(step, root, progress_interval=args.progress_interval)
+    ui: Literal["headless", "tui"] = "headless"
+    tty = sys.stdout.isatty() and sys.stdin.isatty()
+    if not args.no_tui and tty and importlib.util.find_spec("stress.tui") is not None:
+        ui = "tui"
 
-    search, _ = run_async(run_search(loaded, out, settings, one_pass))
-    return 0 if search.met is not None else EXIT_VERDICT_FAIL
+    async def one_pass(step: LoadedScenario, root: Path, where: str) -> Any:
+        return await execute(
+            step, root, progress_interval=args.progress_interval, ui=ui, search=where
+        )
+
+    rows, _ = run_async(run_search(loaded, out, settings, one_pass))
+    return 0 if any(r.search.met is not None for r in rows) else EXIT_VERDICT_FAIL
 
 
 def _optional(sub: argparse._SubParsersAction[_Parser], name: str, module: str, help_: str) -> None:
@@ -234,7 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=_positive_int, help="rounds per user in each pass")
     # each overrides the scenario's search: section (defaults there: docs/capacity.md)
     p.add_argument(
-        "--axis", choices=("users", "length"), help="vary the users (default) or the length"
+        "--axis",
+        choices=("users", "length", "grid"),
+        help="vary the users (default), the length, or both (a capacity map)",
+    )
+    p.add_argument(
+        "--lengths",
+        type=_lengths_arg,
+        help="grid: tokens of history of the map's rows, e.g. 2000,8000,32000",
     )
     p.add_argument("--start", type=_positive_int, help="users of the first step (1)")
     p.add_argument("--max-users", type=_positive_int, help="most users to try (64)")
@@ -242,7 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=_positive_int, help="stop at a bracket this narrow (1)")
     p.add_argument("--repeat", type=_positive_int, help="passes per step (2)")
     p.add_argument(
-        "--no-tui", action="store_true", help="accepted for symmetry: a search prints lines"
+        "--no-tui",
+        action="store_true",
+        help="plain lines (automatic when stdout is not a terminal); the live view's header "
+        "shows the search's step, bracket and finished steps",
     )
     p.add_argument(
         "--progress-interval",

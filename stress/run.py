@@ -105,14 +105,17 @@ async def execute(
     *,
     progress_interval: float | None = None,
     ui: Literal["headless", "tui"] = "headless",
+    search: str | None = None,
 ) -> RunOutcome:
+    """Run the scenario once into a new run directory under ``out_dir``; ``search`` is
+    where a capacity search stands (the live view's header shows it)."""
     sc = loaded.scenario
     users = sc.users.count
     limit = max(users, sc.connection.limit or 0) + 4
     session = make_session(limit, sc.timeouts.connect, force_close=not sc.connection.reuse)
     try:
         async with open_target(loaded, session) as target:
-            return await _run(loaded, out_dir, session, target, progress_interval, ui)
+            return await _run(loaded, out_dir, session, target, progress_interval, ui, search)
     finally:
         await session.close()
 
@@ -124,6 +127,7 @@ async def _run(
     target: Target,
     progress_interval: float | None,
     ui: Literal["headless", "tui"],
+    search: str | None = None,
 ) -> RunOutcome:
     original = loaded.scenario
     # what the engine runs, step by step, in wall seconds
@@ -181,6 +185,7 @@ async def _run(
             "cache": sc.conversation.cache,
             "run_dir": str(run_dir),
             "slo": sc.slo.model_dump(),  # the badge grades it as the verdict will
+            "search": search,
         }
         printer = TuiSink(
             header,

@@ -432,9 +432,10 @@ class SearchSpec(_Model):
     """``stress capacity``: how the search for the users where the SLO breaks proceeds
     (docs/capacity.md). Command-line flags of the same names override these."""
 
-    axis: Literal["users", "length"] = "users"
+    axis: Literal["users", "length", "grid"] = "users"
     """What the search varies: the number of users (the scenario's conversation length),
-    or the conversation length (``conversation.start_tokens``) at the scenario's users."""
+    the conversation length (``conversation.start_tokens``) at the scenario's users, or
+    both (``grid``: a users search at each of ``lengths``, a capacity map)."""
     start: Int = Field(default=1, ge=1, le=MAX_USERS)
     """Users of the first step."""
     factor: Float = Field(default=2.0, gt=1, le=16)
@@ -451,6 +452,11 @@ class SearchSpec(_Model):
     """axis: length: the longest history tried (default: 90 % of ceiling_tokens)."""
     length_width: Int = Field(default=2000, ge=1, le=MAX_TOKENS)
     """axis: length: stop bisecting when the bracket is this narrow (tokens)."""
+    lengths: list[Annotated[Int, Field(ge=1, le=MAX_TOKENS)]] | None = Field(
+        default=None, min_length=1, max_length=12
+    )
+    """axis: grid: the conversation lengths (tokens of history) of the map's rows (default:
+    length_start doubling up to length_max)."""
     min_requests: Int = Field(default=40, ge=20, le=100_000)
     """A scenario bounded by rounds gets enough rounds per user for this many judged
     requests in each pass (the SLO needs 20)."""

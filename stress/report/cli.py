@@ -25,6 +25,8 @@ def report_main(args: argparse.Namespace) -> int:
     from stress.summary import build_summary
 
     run_dir = Path(args.run_dir)
+    if (run_dir / "capacity.json").is_file() and not (run_dir / "manifest.json").exists():
+        return _search_report(run_dir)  # a `stress capacity` directory: its own report
     analysis = analyze(run_dir)  # read, checked and analysed once, for every output
     build_summary(run_dir, analysis)  # summary.json stays the machine-readable record
     try:
@@ -40,6 +42,28 @@ def report_main(args: argparse.Namespace) -> int:
             "space or make the run directory writable"
         ) from None
     print(REDACTOR.text(terminal_headline(report)))
+    print(f"\nreport: {md}\n        {html}")
+    return 0
+
+
+def _search_report(root: Path) -> int:
+    import orjson
+
+    from stress.report.search import write_search_report
+
+    try:
+        doc = orjson.loads((root / "capacity.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise RunDirError(
+            f"{root / 'capacity.json'}: cannot be read ({e}) -- fix: rerun the search"
+        ) from None
+    if not isinstance(doc, dict) or doc.get("kind") != "capacity_search":
+        raise RunDirError(
+            f"{root / 'capacity.json'}: not a capacity search -- fix: give a run directory "
+            "or a `stress capacity` directory"
+        )
+    md, html = write_search_report(root, doc)
+    print(REDACTOR.text(str(doc.get("answer_line") or "")))
     print(f"\nreport: {md}\n        {html}")
     return 0
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from dataclasses import asdict
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from stress.fmt import times, tokens
 from stress.recorder import new_run_dir, write_json
+from stress.report.search import write_search_report
 from stress.scenario import LoadedScenario, SearchSpec, with_overrides
 from stress.search.steps import Search, Step
 
@@ -28,29 +29,44 @@ HEALTH_STOPS = frozenset({"hangs"})
 NOT_SLO = frozenset({"slo", "slo_not_judged"})
 
 
-def step_scenario(loaded: LoadedScenario, spec: SearchSpec, value: int) -> LoadedScenario:
-    """The scenario at one value of the axis (users, or tokens of history for the length
-    axis); with ``rounds``, at least enough of them for ``min_requests`` judged requests
-    (a history turn is warm-up, so the length axis adds one)."""
+def step_scenario(
+    loaded: LoadedScenario, spec: SearchSpec, users: int, start_tokens: int | None
+) -> LoadedScenario:
+    """The scenario at one point of the search: ``users`` users whose conversations open
+    with ``start_tokens`` tokens of history (None: the scenario's own); with ``rounds``, at
+    least enough of them for ``min_requests`` judged requests (a history turn is warm-up,
+    so it adds one)."""
     sc = loaded.scenario
-    length = spec.axis == "length"
-    users = sc.users.count if length else value
     rounds = sc.rounds
     if rounds is not None:
-        warm = sc.warmup.rounds + (1 if length else 0)
+        warm = sc.warmup.rounds + (1 if start_tokens else 0)
         rounds = max(rounds, warm + math.ceil(spec.min_requests / users))
-    return with_overrides(
-        loaded, users=users, rounds=rounds, start_tokens=value if length else None
-    )
+    return with_overrides(loaded, users=users, rounds=rounds, start_tokens=start_tokens)
 
 
 def make_search(loaded: LoadedScenario, spec: SearchSpec) -> Search:
-    """The pure search over the scenario's axis."""
+    """The pure search over the scenario's axis (for the grid: its first row's)."""
     if spec.axis == "length":
-        top = spec.length_max or int(0.9 * loaded.scenario.conversation.ceiling_tokens)
+        top = length_top(loaded, spec)
         start = min(spec.length_start, top)
         return Search(start, spec.factor, top, spec.length_width, unit="tokens")
     return Search(spec.start, spec.factor, spec.max_users, spec.width)
+
+
+def length_top(loaded: LoadedScenario, spec: SearchSpec) -> int:
+    return spec.length_max or int(0.9 * loaded.scenario.conversation.ceiling_tokens)
+
+
+def grid_lengths(loaded: LoadedScenario, spec: SearchSpec) -> list[int]:
+    """The capacity map's rows: ``lengths``, else ``length_start`` doubling up to the
+    longest history tried."""
+    if spec.lengths:
+        return sorted(set(spec.lengths))
+    top = length_top(loaded, spec)
+    rows = [min(spec.length_start, top)]
+    while rows[-1] * 2 <= top and len(rows) < 12:
+        rows.append(rows[-1] * 2)
+    return rows
 
 
 def judge_step(step: Step, summaries: list[dict[str, Any]]) -> None:
@@ -72,6 +88,7 @@ def judge_step(step: Step, summaries: list[dict[str, Any]]) -> None:
             step.limit = str(causes[0].get("title") or "")
         verdict = s.get("verdict") or {}
         checks = verdict.get("slo") or []
+        step.checks.append("; ".join(str(c.get("text")) for c in checks))
         factors = [float(c["factor"]) for c in checks if isinstance(c.get("factor"), int | float)]
         step.factors.append(max(factors, default=0.0))
         fails = [
@@ -95,8 +112,41 @@ def judge_step(step: Step, summaries: list[dict[str, Any]]) -> None:
         step.status = "MET"
 
 
-RunStep = Callable[[LoadedScenario, Path], Any]
-"""Runs one pass (``stress.run.execute`` in production) and returns its ``RunOutcome``."""
+RunStep = Callable[[LoadedScenario, Path, str], Awaitable[Any]]
+"""Runs one pass (``stress.run.execute`` in production) and returns its ``RunOutcome``;
+the string says where the search stands, for the live view's header."""
+
+
+@dataclass(slots=True)
+class Row:
+    """One user-count search at one conversation length (the grid's rows; the users and
+    length axes are a single row)."""
+
+    search: Search
+    length: int | None
+    """Tokens of history each conversation opens with (None: the scenario's own)."""
+
+
+class Progress:
+    """Where the search stands, in one line for the live view and the step lines."""
+
+    def __init__(self, rows: list[Row], grid: bool) -> None:
+        self.rows = rows
+        self.grid = grid
+
+    def line(self, row: Row, value: int, k: int, repeat: int, at: str) -> str:
+        s = row.search
+        where = f"{s.fmt(value)}{at}"
+        if self.grid:
+            where += f" at {tokens(row.length or 0)} tokens of history"
+        done = " ".join(f"{st.value}:{st.status.replace('NOT JUDGED', '?')}" for st in s.steps)
+        text = (
+            f"capacity search · step {len(s.steps) + 1}: {where}, pass {k + 1}/{repeat}"
+            f" · bracket {bracket_text(s)}"
+        )
+        if self.grid:
+            text += f" · row {self.rows.index(row) + 1}/{len(self.rows)}"
+        return text + (f" · done {done}" if done else "")
 
 
 async def run_search(
@@ -105,44 +155,85 @@ async def run_search(
     settings: SearchSpec,
     run_pass: RunStep,
     say: Callable[[str], None] = print,
-) -> tuple[Search, Path]:
-    """Search, writing each pass's run directory and ``capacity.json`` under a new
-    directory in ``out_dir``; returns the finished search and that directory."""
+) -> tuple[list[Row], Path]:
+    """Search, writing each pass's run directory, ``capacity.json`` and the search's report
+    (capacity.md, capacity.html) under a new directory in ``out_dir``; returns the rows
+    (one, or one per length for the grid) and that directory."""
     root = new_run_dir(out_dir, f"capacity-{loaded.scenario.name}")
-    search = make_search(loaded, settings)
     slo = loaded.scenario.slo
     criterion = slo_text(slo.ttft_p95, slo.decode_tok_s_p50)
+    grid = settings.axis == "grid"
     say(f"capacity search: {loaded.scenario.name}, SLO {criterion}; writing {root}")
     started = time.time()
     at = f" at {loaded.scenario.users.count} users" if settings.axis == "length" else ""
-    while (value := search.next_value()) is not None:
-        step = Step(value)
-        summaries: list[dict[str, Any]] = []
-        for k in range(settings.repeat):
-            say(
-                f"step {len(search.steps) + 1}: {search.fmt(value)}{at}, pass "
-                f"{k + 1}/{settings.repeat}"
-                f"  (bracket so far: {bracket_text(search)})"
+    rows: list[Row] = []
+    lengths: list[int | None] = list(grid_lengths(loaded, settings)) if grid else [None]
+    if grid:
+        say(
+            f"capacity map: a users search at {', '.join(tokens(n) for n in lengths if n)} "
+            "tokens of history"
+        )
+    progress = Progress(rows, grid)
+
+    def save() -> None:
+        doc = document(rows, settings, criterion, started, at, loaded.scenario.name)
+        write_json(root / "capacity.json", doc)
+        write_search_report(root, doc)
+
+    for length in lengths:
+        search = make_search(loaded, settings)
+        if grid and rows:  # a longer history holds no more users: start at the last answer
+            prev = rows[-1].search
+            if prev.met is None:
+                say(
+                    f"{tokens(length or 0)} tokens of history: not tried (the SLO was missed "
+                    "at a shorter history with the fewest users)"
+                )
+                break
+            search = Search(prev.met.value, settings.factor, settings.max_users, settings.width)
+        row = Row(search, length)
+        rows.append(row)
+        while (value := search.next_value()) is not None:
+            users, start_tokens = (
+                (loaded.scenario.users.count, value)
+                if settings.axis == "length"
+                else (value, length)
             )
-            outcome = await run_pass(step_scenario(loaded, settings, value), root)
-            step.run_dirs.append(str(Path(outcome.run_dir).relative_to(root)))
-            summaries.append(outcome.summary)
-        judge_step(step, summaries)
-        search.steps.append(step)
-        say(f"step {len(search.steps)}: {search.fmt(value)}{at} -> {step_text(step)}")
-        write_json(root / "capacity.json", document(search, settings, criterion, started, at))
-    write_json(root / "capacity.json", document(search, settings, criterion, started, at))
-    say(f"\n{answer_line(search, criterion, at)}")
-    slots = next((s for s in search.steps if s.slots), None)
+            step = Step(value, length=start_tokens or 0)
+            summaries: list[dict[str, Any]] = []
+            for k in range(settings.repeat):
+                line = progress.line(row, value, k, settings.repeat, at)
+                say(line)
+                outcome = await run_pass(
+                    step_scenario(loaded, settings, users, start_tokens), root, line
+                )
+                step.run_dirs.append(str(Path(outcome.run_dir).relative_to(root)))
+                summaries.append(outcome.summary)
+            judge_step(step, summaries)
+            search.steps.append(step)
+            where = f" at {tokens(length or 0)} tokens" if grid else at
+            say(f"step {len(search.steps)}: {search.fmt(value)}{where} -> {step_text(step)}")
+            save()
+        if grid:
+            say(f"{tokens(length or 0)} tokens of history: {search.answer()}")
+    save()
+    if grid:
+        say("\n" + map_text(rows, criterion))
+    say(f"\n{answer_line(rows, criterion, at)}")
+    slots = next((s for r in rows for s in r.search.steps if s.slots), None)
     if slots is not None:  # llama.cpp: the slots bound every answer
         say(
             f"llama.cpp serves {slots.slots} slots of {tokens(slots.slot_context)} tokens: at "
             "most that many requests run at once (others wait), and no conversation grows "
             "past a slot's context"
         )
-    say(f"stopped: {STOP_TEXT[search.stop or 'bracket']}")
-    say(f"search directory: {root}  (each step's runs: stress ls {root})")
-    return search, root
+    stops = dict.fromkeys(STOP_TEXT[r.search.stop or "bracket"] for r in rows)
+    say(f"stopped: {'; '.join(stops)}")
+    say(
+        f"search directory: {root}  (each step's runs: stress ls {root}; the search: "
+        f"{root / 'capacity.html'})"
+    )
+    return rows, root
 
 
 STOP_TEXT = {
@@ -155,11 +246,19 @@ STOP_TEXT = {
 }
 
 
-def answer_line(search: Search, criterion: str, at: str = "") -> str:
-    """'capacity at SLO (TTFT p95 <= 5 s): 11 users [11-12] with conversations up to 30k
-    tokens; first limit: ...' (the limit the first missed step's analysis named); on the
-    length axis '... : 12k tokens [12-14] of history at 8 users ...'."""
-    line = f"capacity at SLO ({criterion}): {search.answer()}"
+def answer_line(rows: list[Row], criterion: str, at: str = "") -> str:
+    """One row: 'capacity at SLO (TTFT p95 <= 5 s): 11 users [11-12] with conversations
+    up to 30k tokens; first limit: ...' (the limit the first missed step's analysis named);
+    on the length axis '... : 12k tokens [12k-14k] of history at 8 users ...'. The grid:
+    'capacity map at SLO (...): 2k tokens of history: 12 users [12-13]; 8k: ...'."""
+    if len(rows) == 1 and rows[0].length is None:
+        return row_answer(rows[0].search, f"capacity at SLO ({criterion}): ", at)
+    parts = [f"{tokens(r.length or 0)} tokens: {r.search.answer()}" for r in rows]
+    return f"capacity map at SLO ({criterion}), by tokens of history: " + "; ".join(parts)
+
+
+def row_answer(search: Search, head: str, at: str = "") -> str:
+    line = head + search.answer()
     line += " of history" + at if search.unit == "tokens" and search.met else ""
     lo, hi = search.met, search.missed
     if lo is not None and lo.conversation_tokens:
@@ -169,6 +268,33 @@ def answer_line(search: Search, criterion: str, at: str = "") -> str:
     elif hi is not None and hi.reasons:
         line += f"; at {search.fmt(hi.value)}: {', '.join(dict.fromkeys(hi.reasons))}"
     return line
+
+
+def cell_text(step: Step) -> str:
+    """A map cell: 'MET x0.62', 'MISSED x1.4' (the worst pass's SLO factor)."""
+    worst = max(step.factors, default=0.0)
+    return f"{step.status} {times(worst)}" if worst else step.status
+
+
+def map_text(rows: list[Row], criterion: str) -> str:
+    """The capacity map as a text table: a row per history length, a column per user
+    count tried, each cell MET / MISSED with the worst pass's SLO factor."""
+    users = sorted({s.value for r in rows for s in r.search.steps})
+    head = ["history", *[str(u) for u in users], "capacity"]
+    body = []
+    for r in rows:
+        by = {s.value: cell_text(s) for s in r.search.steps}
+        body.append(
+            [f"{tokens(r.length or 0)} tokens", *[by.get(u, ".") for u in users], r.search.answer()]
+        )
+    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
+    lines = [
+        f"capacity map (users x tokens of history), SLO {criterion}; cells: the "
+        "worst pass's SLO factor"
+    ]
+    for line in [head, *body]:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+    return "\n".join(lines)
 
 
 def slo_text(ttft: float | None, decode: float | None) -> str:
@@ -192,20 +318,57 @@ def step_text(step: Step) -> str:
 
 
 def document(
-    search: Search, settings: SearchSpec, criterion: str, started: float, at: str = ""
+    rows: list[Row],
+    settings: SearchSpec,
+    criterion: str,
+    started: float,
+    at: str = "",
+    scenario: str = "",
 ) -> dict[str, Any]:
-    lo, hi = search.met, search.missed
-    return {
+    """capacity.json: the settings, every step, the bracket(s) and the answer; a grid also
+    has ``rows`` (one search per history length) and ``map``."""
+    first = rows[0].search
+    lo, hi = first.met, first.missed
+    steps = [s for r in rows for s in r.search.steps]
+    doc: dict[str, Any] = {
         "kind": "capacity_search",
+        "scenario": scenario,
         "criterion": criterion,
         "settings": settings.model_dump(),
         "started": started,
-        "steps": [asdict(s) for s in search.steps],
         "axis": settings.axis,
-        "unit": search.unit,
+        "unit": first.unit,
+        "steps": [asdict(s) for s in steps],
         "bracket": [lo.value if lo else None, hi.value if hi else None],
-        "answer": search.answer(),
-        "answer_line": answer_line(search, criterion, at),
-        "llamacpp_slots": next((s.slots for s in search.steps if s.slots), None),
-        "stop": search.stop,
+        "answer": first.answer(),
+        "answer_line": answer_line(rows, criterion, at),
+        "llamacpp_slots": next((s.slots for s in steps if s.slots), None),
+        "stop": first.stop,
+        "stop_text": "; ".join(
+            dict.fromkeys(STOP_TEXT[r.search.stop] for r in rows if r.search.stop)
+        ),
     }
+    if settings.axis == "grid":
+        doc["rows"] = [
+            {
+                "length": r.length,
+                "bracket": [
+                    r.search.met.value if r.search.met else None,
+                    r.search.missed.value if r.search.missed else None,
+                ],
+                "answer": r.search.answer(),
+                "stop": r.search.stop,
+                "steps": [asdict(s) for s in r.search.steps],
+            }
+            for r in rows
+        ]
+        users = sorted({s.value for s in steps})
+        doc["map"] = {
+            "users": users,
+            "lengths": [r.length for r in rows],
+            "cells": [
+                [next((cell_text(s) for s in r.search.steps if s.value == u), None) for u in users]
+                for r in rows
+            ],
+        }
+    return doc

@@ -43,6 +43,10 @@ class Step:
     slots: int = 0
     """llama.cpp: the server's slots (the probe's), which bound the search; 0 otherwise."""
     slot_context: int = 0
+    checks: list[str] = field(default_factory=list)
+    """Each pass's SLO figures as judged ("TTFT p95 0.31 s [0.28-0.35] vs SLO 0.4 s: MET")."""
+    length: int = 0
+    """The history each conversation opened with (``conversation.start_tokens``; 0: none)."""
 
 
 @dataclass(slots=True)

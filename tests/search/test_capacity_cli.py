@@ -150,3 +150,45 @@ def test_length_search_brackets_the_pool(tmp_path: Path) -> None:
     assert lo <= capacity < hi and hi - lo <= 2000, doc["steps"]
     assert doc["axis"] == "length" and doc["unit"] == "tokens"
     assert f"{lo / 1000:g}k tokens [" in proc.stdout and "of history at 4 users" in proc.stdout
+
+
+# The grid: the same pool and growth, the users search at two history lengths. At L
+# tokens, K users fit while K x (L + 2.2k) <= 52,800: 12 users at 2,000 tokens
+# (12 x 4,240 = 50,880; 13 would need 55,120) and 5 at 7,000 (5 x 9,240 = 46,200; 6 would
+# need 55,440), by construction. The second row starts at the first row's answer.
+GRID_SCENARIO = LENGTH_SCENARIO.replace(
+    "search: {axis: length, length_start: 2000, length_width: 2000, repeat: 1, min_requests: 20}",
+    "search: {axis: grid, lengths: [2000, 7000], start: 4, max_users: 16, repeat: 1, "
+    "min_requests: 20}",
+)
+
+
+@pytest.mark.slow
+def test_grid_search_maps_users_by_length(tmp_path: Path) -> None:
+    path = tmp_path / "grid.yaml"
+    path.write_text(GRID_SCENARIO)
+    out = tmp_path / "out"
+    proc = stress("capacity", str(path), "--out", str(out), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (root,) = out.iterdir()
+    doc = orjson.loads((root / "capacity.json").read_bytes())
+    assert doc["axis"] == "grid"
+    brackets = [r["bracket"] for r in doc["rows"]]
+    assert brackets == [[12, 13], [5, 6]], [(r["length"], r["steps"]) for r in doc["rows"]]
+    assert [r["length"] for r in doc["rows"]] == [2000, 7000]
+    assert doc["rows"][1]["steps"][0]["value"] == 12  # started at the shorter row's answer
+    line = "capacity map at SLO (TTFT p95 <= 0.1 s), by tokens of history: 2,000 tokens: "
+    assert line in proc.stdout and "7,000 tokens: 5 users [5-6]" in proc.stdout
+    assert "capacity map (users x tokens of history)" in proc.stdout
+    # the map: a row per length, a cell per user count tried
+    m = doc["map"]
+    assert m["lengths"] == [2000, 7000] and 12 in m["users"] and 5 in m["users"]
+    row2 = dict(zip(m["users"], m["cells"][1], strict=True))
+    assert row2[5].startswith("MET") and row2[6].startswith("MISSED")
+    html = (root / "capacity.html").read_text()
+    assert "Capacity map" in html and 'class="MISSED"' in html and "report.html" in html
+    # the search's report is rebuilt from capacity.json alone
+    (root / "capacity.md").unlink()
+    rebuilt = stress("report", str(root), timeout=120)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "7,000 tokens: 5 users [5-6]" in (root / "capacity.md").read_text()

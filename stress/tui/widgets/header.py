@@ -77,7 +77,7 @@ class RunHeader(Horizontal):
     """Two lines of run identity and progress, with the verdict badge on the right."""
 
     def __init__(self, header: dict[str, Any]) -> None:
-        super().__init__(id="header")
+        super().__init__(id="header", classes="search" if header.get("search") else "")
         self._header = header
         self._last: tuple[str, str] | None = None
         self._shown: tuple[Snapshot, Verdict] | None = None
@@ -87,6 +87,8 @@ class RunHeader(Horizontal):
         with Vertical(id="header-text"):
             yield Static(identity_line(self._header), id="identity")
             yield Static(id="progress")
+            if self._header.get("search"):  # a pass of `stress capacity`: where it stands
+                yield Static(Text(str(self._header["search"]), style="bold"), id="search")
         yield Static(LEVEL_LABEL["ok"], id="badge", classes="ok")
 
     def on_resize(self) -> None:
