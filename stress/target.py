@@ -1,9 +1,9 @@
 """The target of a run: the HTTP session, the server (or the built-in simulator) and its model.
 
 ``open_target`` resolves a scenario's ``target:`` into a :class:`Target`: it starts the
-simulator when the URL is ``sim``, reads the API key from where the user named it, lists
-the server's models and checks that the scenario's model is served (one line, exit 1, when
-it is not). ``make_session`` builds the one connection pool every request uses.
+simulator in its own process when the URL is ``sim``, reads the API key from where the user
+named it, lists the server's models and checks that the scenario's model is served (one
+line, exit 1, when it is not). ``make_session`` builds the one connection pool every request uses.
 """
 
 from __future__ import annotations
@@ -65,12 +65,13 @@ async def open_target(
     sim = None
     url = t.url
     time_scale = 1.0
-    if url == "sim":
-        from stress.sim import SimConfig, start_sim
+    if url == "sim":  # in its own process: its work never lands on the client's loop
+        from stress.sim.config import SimConfig
+        from stress.sim.process import start_sim_process
 
         sim_config = SimConfig.model_validate(t.sim)
         time_scale = sim_config.time_scale
-        sim = await start_sim(sim_config)
+        sim = await start_sim_process(sim_config)
         url = sim.url
     try:
         models = await list_models(session, url, headers)

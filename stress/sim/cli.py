@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from typing import Any
@@ -57,6 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ground-truth", metavar="FILE", help="append per-request server-side truth (JSONL)"
     )
+    parser.add_argument(
+        "--quiet", action="store_true", help="keep aiohttp's request-error log off stderr"
+    )
+    parser.add_argument(  # how `stress run --target sim` ties its child simulator to itself
+        "--stop-on-stdin-eof", action="store_true", help="stop when stdin closes"
+    )
 
 
 def build_config(args: argparse.Namespace) -> SimConfig:
@@ -89,15 +96,31 @@ def parse_port(text: object) -> int:
     return port
 
 
-async def _serve(cfg: SimConfig, host: str, port: int) -> None:
-    """Serve until SIGINT or SIGTERM, then stop at once, streams in flight included."""
-    sim = await start_sim(cfg, host=host, port=port, quiet=False)
+async def _serve(
+    cfg: SimConfig, host: str, port: int, quiet: bool = False, stdin_eof: bool = False
+) -> None:
+    """Serve until SIGINT or SIGTERM (or, with ``stdin_eof``, until stdin closes: the
+    parent that started it is gone), then stop at once, streams in flight included."""
+    sim = await start_sim(cfg, host=host, port=port, quiet=quiet)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
     for sig in signals:
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not on Windows
             loop.add_signal_handler(sig, stop.set)
+    if stdin_eof:
+        fd = sys.stdin.fileno()
+
+        def on_stdin() -> None:
+            try:
+                gone = not os.read(fd, 4096)
+            except OSError:
+                gone = True
+            if gone:
+                loop.remove_reader(fd)
+                stop.set()
+
+        loop.add_reader(fd, on_stdin)
     print(
         f"stress sim: {cfg.dialect} simulator serving model {cfg.model!r} at {sim.url} "
         f"(time scale {cfg.time_scale:g}; Ctrl-C to stop)",
@@ -121,7 +144,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         runner = _runner()
-        runner(_serve(cfg, args.host, port))
+        runner(_serve(cfg, args.host, port, args.quiet, args.stop_on_stdin_eof))
     except KeyboardInterrupt:
         return 0
     except OSError as exc:
