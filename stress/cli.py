@@ -1,7 +1,9 @@
 """The ``stress`` command line.
 
-Subcommands: run, validate, report, sim, probe, gpus. Every user-facing failure is one
-line on stderr (what, where, how to fix) and a non-zero exit code, never a traceback:
+Subcommands: run, capacity, validate, scenarios, init, schema, report, compare, ls, sim,
+probe, gpus; a scenario argument may be a bundled scenario's name (``stress.bundled``).
+Every user-facing failure is one line on stderr (what, where, how to fix) and a non-zero
+exit code, never a traceback:
 2 for bad input (scenario, options), 1 for an unusable target or run directory (also a
 bad ``--out`` and damaged run files), 70 only for a bug of ours.
 """
@@ -102,12 +104,13 @@ def _usable_out(out: Path) -> Path:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from stress.bundled import find_scenario
     from stress.scenario import load_scenario
 
     failed = 0
     for path in args.files:
         try:
-            loaded = load_scenario(path, corpus_roots=args.corpus_root or ())
+            loaded = load_scenario(find_scenario(path), corpus_roots=args.corpus_root or ())
         except ScenarioError as e:
             failed += 1
             for problem in e.problems:
@@ -125,6 +128,59 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"cache {sc.conversation.cache}, target {sc.target.url})"
         )
     return 2 if failed else 0
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    from stress.bundled import CORPUS_PREFIX, SCENARIOS, corpus_names, describe, scenario_names
+
+    names = scenario_names()
+    width = max(map(len, names), default=0)
+    print("Bundled scenarios (`stress run NAME` runs one, `stress init NAME` copies it to edit):")
+    for name in names:
+        print(f"  {name:<{width}}  {describe(SCENARIOS / f'{name}.yaml')}")
+    corpora = [(f"{CORPUS_PREFIX}{name}", what) for name, what in corpus_names()]
+    width = max((len(ref) for ref, _ in corpora), default=0)
+    print("\nBundled corpora (a scenario's conversation.turn.paste.corpus):")
+    for ref, what in corpora:
+        print(f"  {ref:<{width}}  {what}")
+    print(f"\nInstalled in {SCENARIOS.parent}")
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from stress.bundled import SCHEMA_NAME, init_scenario
+
+    written = init_scenario(args.name, args.dest, force=args.force)
+    print(f"wrote {written.scenario}: edit it, then `stress run {written.scenario}`")
+    if written.schema is not None:
+        print(
+            f"wrote {written.schema}: the scenario's JSON Schema, which the file's first line "
+            "points editors at (completion and checks with the YAML language server)"
+        )
+    else:
+        print(f"{SCHEMA_NAME} next to it is up to date")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from stress.schema_doc import schema_json
+
+    sys.stdout.write(schema_json())
+    return 0
+
+
+def _resolve_scenario(args: argparse.Namespace) -> None:
+    """A command's scenario argument given as a bare name: the file in the current
+    directory, else the bundled one (said on stderr, so a run from anywhere is clear)."""
+    arg = getattr(args, "scenario", None)
+    if not isinstance(arg, str):
+        return
+    from stress.bundled import SCENARIOS, find_scenario
+
+    path = find_scenario(arg)
+    if path.parent == SCENARIOS and not Path(arg).exists():
+        print(f"stress: {arg}: the bundled scenario {path}", file=sys.stderr)
+    args.scenario = str(path)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -199,18 +255,35 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     return 0 if any(r.search.met is not None for r in rows) else EXIT_VERDICT_FAIL
 
 
-def _optional(sub: argparse._SubParsersAction[_Parser], name: str, module: str, help_: str) -> None:
-    """Subcommands whose module may not exist yet in this build."""
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
+def _optional(
+    sub: argparse._SubParsersAction[_Parser],
+    name: str,
+    module: str,
+    help_: str,
+    command: str | None,
+) -> None:
+    """Subcommands whose modules import heavy packages (aiohttp, pydantic, numpy): their
+    arguments are only loaded when ``command`` (the one on the command line) is theirs, so
+    ``stress --help`` and the other commands start without them. Skipped when the module
+    does not exist in this build."""
+    if importlib.util.find_spec(module) is None:
         return
     p = sub.add_parser(name, help=help_)
+    if command != name:
+        return  # listed in `stress --help`; parsed only when chosen
+    mod = importlib.import_module(module)
     mod.add_arguments(p)
     p.set_defaults(func=mod.main)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command(argv: list[str] | None) -> str | None:
+    """The subcommand named on the command line (the first word not an option)."""
+    args = sys.argv[1:] if argv is None else argv
+    return next((a for a in args if not a.startswith("-")), None)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    command = _command(argv)
     parser = _Parser(
         prog="stress",
         description="Load and soak tester for self-hosted LLM inference servers.",
@@ -219,7 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run a scenario")
-    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument(
+        "scenario", help="scenario YAML file, or a bundled scenario's name (`stress scenarios`)"
+    )
     p.add_argument("--out", default="out", help="folder for run directories (default: out/)")
     p.add_argument("--duration", type=_duration_arg, help="override duration, e.g. 20s, 5m")
     p.add_argument("--rounds", type=_positive_int, help="override rounds per user")
@@ -286,9 +361,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_capacity)
 
     p = sub.add_parser("validate", help="check scenario files")
-    p.add_argument("files", nargs="+")
+    p.add_argument("files", nargs="+", help="scenario files or bundled scenarios' names")
     _corpus_root_arg(p)
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("scenarios", help="list the bundled scenarios and corpora")
+    p.set_defaults(func=cmd_scenarios)
+    p = sub.add_parser("init", help="copy a bundled scenario here to edit")
+    p.add_argument("name", help="a bundled scenario (`stress scenarios` lists them)")
+    p.add_argument(
+        "dest", nargs="?", help="folder (created if needed) or .yaml file (default: here)"
+    )
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(func=cmd_init)
+    p = sub.add_parser("schema", help="print the scenario's JSON Schema (for editors)")
+    p.set_defaults(func=cmd_schema)
 
     from stress.report import cli as report_cli
 
@@ -303,9 +390,9 @@ def build_parser() -> argparse.ArgumentParser:
     report_cli.add_ls_arguments(p)
     p.set_defaults(func=report_cli.ls_main, reads_runs=True)
 
-    _optional(sub, "sim", "stress.sim.cli", "run the built-in simulated inference server")
-    _optional(sub, "probe", "stress.probe_cli", "check a server before a long run")
-    _optional(sub, "gpus", "stress.gpus_cli", "list GPUs and their telemetry support")
+    _optional(sub, "sim", "stress.sim.cli", "run the built-in simulated inference server", command)
+    _optional(sub, "probe", "stress.probe_cli", "check a server before a long run", command)
+    _optional(sub, "gpus", "stress.gpus_cli", "list GPUs and their telemetry support", command)
     return parser
 
 
@@ -326,9 +413,10 @@ def _run_files(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
+        _resolve_scenario(args)
         code: int = args.func(args)
         return code
     except ScenarioError as e:

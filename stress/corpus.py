@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from stress.bundled import CORPORA
 from stress.errors import CorpusError
 from stress.tokens import Tokenizer, get_tokenizer
 
@@ -25,8 +26,9 @@ _SKIP = re.compile(r"^(README|NOTICE|LICEN[CS]E|COPYING)", re.IGNORECASE)
 """A corpus folder's own paperwork is not pasted."""
 
 
-BUNDLED = Path(__file__).resolve().parent.parent / "corpora"
-"""The documents shipped with stress (the repository's ``corpora/``)."""
+BUNDLED = CORPORA
+"""The documents shipped with stress, inside the package (``stress/data/corpora``; the
+repository's ``corpora/`` links there); a scenario names them ``bundled:NAME``."""
 ROOTS_ENV = "STRESS_CORPUS_ROOTS"
 """Extra folders a corpus may live in, separated by ``os.pathsep`` (``:`` on Linux)."""
 _FORBIDDEN = tuple(Path(p) for p in ("/proc", "/dev", "/sys"))

@@ -120,9 +120,14 @@ class ThinkTime(_Model):
     """Pause between a reply and the user's next turn."""
 
     distribution: Literal["uniform", "exponential", "constant"] = "uniform"
+    """How the pause is drawn: ``uniform`` between min and max, ``exponential``
+    around ``mean`` (clamped to [min, max] when max is set), ``constant`` (``mean``, else min)."""
     min: Duration = 0.0
+    """Shortest pause."""
     max: Duration = 0.0
+    """Longest pause (``uniform``: the upper end; ``exponential``: a cap when above 0)."""
     mean: Duration | None = None
+    """Mean pause: required by ``exponential``, the pause itself for ``constant``."""
 
     @model_validator(mode="after")
     def _check(self) -> ThinkTime:
@@ -140,25 +145,40 @@ class ThinkTime(_Model):
 
 
 class Users(_Model):
+    """Who sends requests: simulated users, each with its own conversation."""
+
     count: Int = Field(default=1, ge=1, le=MAX_USERS)
+    """Simulated users, each with its own conversation, running at once."""
     ramp_up: Duration = 0.0
+    """The users' start times are spread evenly over this window."""
     think_time: ThinkTime = ThinkTime()
+    """Pause between a reply and the user's next turn."""
 
 
 class Target(_Model):
+    """The server under test (or the built-in simulator)."""
+
     url: str = "sim"
     """Server root (``http://host:port``), or ``sim`` for the built-in simulator."""
     model: str = "auto"
+    """Model id to request; ``auto``: the first id that ``/v1/models`` lists."""
     api_key_env: str | None = None
+    """The NAME of an environment variable that holds the API key (never the key)."""
     api_key_required: bool = False
     """Fail before the run when the variable named by api_key_env is unset."""
     api_key_file: str | None = None
+    """A file that holds the API key (relative to the scenario file)."""
     server: Literal["auto", "vllm", "sglang", "llamacpp", "openai"] = "auto"
+    """The server kind, for its metrics and reasoning fields; ``auto``: probed."""
     tokenizer: Literal["auto", "tiktoken", "server"] = "auto"
+    """How paste budgets are counted: ``auto`` and ``server`` scale them to the
+    server's own token count (its tokenize endpoint, when it has one), ``tiktoken`` counts
+    with the local cl100k tokenizer only."""
     headers: dict[str, str] = Field(default_factory=dict)
-    """Extra request headers. A secret header is refused in the file (see load_scenario);
+    """Extra request headers. A secret header is refused in the file (use api_key_env);
     ``Authorization: Basic`` is only ever derived from credentials in ``url``."""
     sim: dict[str, Any] = Field(default_factory=dict)
+    """The built-in simulator's settings when ``url`` is ``sim`` (docs/simulator.md)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -232,8 +252,15 @@ class Target(_Model):
 
 
 class Paste(_Model):
+    """An excerpt of real documents pasted into a turn."""
+
     corpus: str = Field(min_length=1)
+    """Documents to paste from: a folder of ``.txt`` / ``.md`` files or one file,
+    relative to the scenario file, or ``bundled:NAME``, a corpus shipped with stress
+    (``bundled:en``, ``es``, ``pl``, ``zh``, ``bundled:all``; ``stress scenarios`` lists them)."""
     tokens: TokenRange
+    """Size of each paste, drawn per turn between min and max (in the server's tokens
+    when it can count them, see ``target.tokenizer``)."""
 
     @field_validator("tokens")
     @classmethod
@@ -248,16 +275,28 @@ class Paste(_Model):
 
 
 class Turn(_Model):
+    """What one turn sends: an optional paste, then a question."""
+
     paste: Paste | None = None
+    """An excerpt of a corpus pasted into the turn before the question (none: just ask)."""
     paste_on: Literal["every", "first"] = "every"
     """Paste on every turn, or only on a conversation's first turn (then just ask)."""
     ask: list[str] = Field(min_length=1)
+    """Questions; each turn asks one, drawn at random."""
 
 
 class ConversationSpec(_Model):
+    """Each user's conversation: how it opens, grows and restarts."""
+
     system_prompt: str = "You are a helpful assistant."
+    """The system message that opens every conversation."""
     cache: Literal["per_user", "cold", "shared"] = "per_user"
+    """``per_user``: a marker unique to each user's conversation opens the prompt, so
+    users never share cache while a user's own history can hit; ``cold``: a marker unique to
+    every request, nothing can hit; ``shared``: one system prompt for all users, cached once."""
     ceiling_tokens: Int = Field(default=32_000, ge=256, le=MAX_TOKENS)
+    """When the next turn would take a conversation past this many tokens, the user
+    starts a new conversation."""
     start_tokens: StartTokens | None = None
     """Each user's *first* conversation opens with about this many tokens of pre-built
     history (server tokens, like paste budgets): earlier turns of corpus pastes, asks and
@@ -266,7 +305,9 @@ class ConversationSpec(_Model):
     users at 30k tokens" is measured from the second turn on instead of after an hour of
     growth. Conversations started after the ceiling open empty, as without it."""
     keep_reasoning: bool = False
+    """Feed the model's reasoning back into the history with its answer."""
     turn: Turn
+    """What each turn of a conversation sends."""
 
     @field_validator("start_tokens")
     @classmethod
@@ -307,11 +348,20 @@ def _start_problem(start: tuple[int, int], conv: ConversationSpec) -> str | None
 
 
 class RequestSpec(_Model):
+    """Sampling settings sent with every chat request."""
+
     max_tokens: Int = Field(default=1024, ge=1, le=MAX_TOKENS)
+    """Most tokens a reply may generate (reasoning included: thinking models need
+    1,500-2,000 or replies come back empty)."""
     temperature: Float = Field(default=0.7, ge=0.0, le=2.0)
+    """Sampling temperature sent with every request."""
     top_p: Float | None = Field(default=None, gt=0.0, le=1.0)
+    """Nucleus sampling; unset: not sent (the server's default)."""
     reasoning: Literal["auto", "on", "off"] = "auto"
+    """``on`` / ``off`` send ``chat_template_kwargs.enable_thinking``; ``auto`` sends
+    nothing (the model's default)."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Extra fields merged into every request body (e.g. ``top_k``)."""
 
     @field_validator("extra_body")
     @classmethod
@@ -348,48 +398,78 @@ def _check_json_value(v: Any, loc: tuple[str | int, ...]) -> None:
 
 
 class Timeouts(_Model):
+    """One watchdog per request (docs/metrics.md, Timeouts), and the end-of-run drain."""
+
     connect: PositiveDuration = 10.0
+    """Opening the TCP connection."""
     first_token: PositiveDuration = 300.0
+    """From sending to the first generated token (a long prefill is legitimate)."""
     stall: PositiveDuration = 120.0
+    """No byte at all for this long after the first token: the request is a ``stall``."""
     total: PositiveDuration = 1800.0
+    """The whole request."""
     drain: Duration = 60.0
     """Grace period for in-flight requests once the run stops starting new turns (0: none)."""
 
 
 class Warmup(_Model):
+    """Rounds recorded but kept out of the headline figures."""
+
     rounds: Int = Field(default=0, ge=0, le=MAX_ROUNDS)
+    """Each user's first rounds, recorded but kept out of the headline figures."""
 
 
 class Limits(_Model):
+    """Safety stops: the run ends early when one is reached."""
+
     max_total_tokens: Int | None = Field(default=None, ge=1, le=MAX_TOTAL_TOKENS)
+    """Stop the run once its requests have used this many tokens in all."""
     max_error_rate: Float | None = Field(default=None, gt=0.0, le=1.0)
+    """Stop the run when more than this share of requests failed (judged after
+    ``min_requests``)."""
     min_requests: Int = Field(default=20, ge=1, le=MAX_COUNT)
     """Requests needed before max_error_rate is judged."""
 
 
 class Telemetry(_Model):
+    """Samples taken besides the requests: the server's metrics, GPUs, hangs."""
+
     interval: Duration = Field(default=1.0, ge=MIN_TELEMETRY_INTERVAL_S)
     """Seconds between collector samples; at least 0.1 s (0 killed both collectors)."""
     hang_after: PositiveDuration = 60.0
     """Requests in flight and not a byte on any stream for this long: a suspected hang."""
     server_metrics: bool = True
+    """Scrape the server's Prometheus ``/metrics`` during the run."""
     gpus: Literal["auto", "off"] | list[str] = "auto"
+    """GPUs to sample: ``auto`` (what the machine shows), ``off``, or a list of UUIDs,
+    PCI bus ids or ``CUDA_VISIBLE_DEVICES=...``."""
 
 
 class Slo(_Model):
+    """The service level the verdict grades (PASS, WARN, FAIL)."""
+
     ttft_p95: PositiveDuration | None = None
     """TTFT p95 limit (s). Missed: WARN up to 2x, FAIL beyond (stress.analysis.judge)."""
     decode_tok_s_p50: Float | None = Field(default=None, gt=0, le=1e9)
     """Decode speed p50 floor (tok/s), graded like ttft_p95."""
+    itl_p95: PositiveDuration | None = None
+    """Inter-token latency limit (s) for goodput on TTFT and ITL together: a turn is good
+    when it is answered, its TTFT is within ttft_p95 (when set) and the 95th percentile
+    of its own gaps between chunks is within this. The run's ITL p95 is shown against it;
+    it is not graded in the verdict."""
     error_rate: Float = Field(default=DEFAULT_ERROR_RATE, ge=0, le=1)
     """Share of requests that may fail (cancelled ones aside) before the run is a FAIL;
     fewer failures are a WARN."""
 
 
 class Connection(_Model):
+    """The HTTP keep-alive pool."""
+
     reuse: bool = True
     """Keep-alive pooling. Either way a request that exchanged nothing is retried once."""
     limit: Int | None = Field(default=None, ge=1, le=65_535)
+    """Most connections in the keep-alive pool (default: the users + 4; never fewer
+    than the users)."""
 
 
 class Phase(_Model):
@@ -400,17 +480,26 @@ class Phase(_Model):
     compiles kernels)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=48)
+    """The step's label in the report and ``summary.json`` (``name#2`` for the second pass)."""
     users: Int | None = Field(default=None, ge=1, le=MAX_USERS)
+    """Users in this step."""
     duration: PositiveDuration | None = None
+    """Length of this step."""
     rounds: Int | None = Field(default=None, ge=1, le=MAX_ROUNDS)
+    """Rounds per user in this step."""
     warmup_rounds: Int | None = Field(default=None, ge=0, le=MAX_ROUNDS)
+    """Each user's first rounds in this step, recorded but kept out of the figures."""
     paste_tokens: TokenRange | None = None
+    """Paste size [min, max] in this step (the turn must have a paste)."""
     start_tokens: StartTokens | None = None
     """Pre-built history of each user's first conversation in this step (0: none), for a
     sweep over users x length."""
     ask: list[str] | None = Field(default=None, min_length=1)
+    """Questions in this step."""
     think_time: ThinkTime | None = None
+    """Pause between turns in this step."""
     repeat: Int = Field(default=1, ge=1, le=100)
+    """Passes of this step, each with fresh users (mean and spread in the report)."""
 
     @field_validator("start_tokens")
     @classmethod
@@ -472,24 +561,42 @@ class SearchSpec(_Model):
 
 
 class Scenario(_Model):
+    """A scenario file: who sends what to which server, for how long, judged how."""
+
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)
+    """Names the run: its directory is ``out/<time>-<name>``."""
     description: str = ""
+    """One line about the scenario (``stress scenarios`` shows it)."""
     target: Target = Target()
+    """The server under test."""
     users: Users = Users()
+    """How many users, how they start and how long they pause."""
     duration: PositiveDuration | None = None
+    """How long the run starts new turns; with ``rounds`` too, whichever ends first."""
     rounds: Int | None = Field(default=None, ge=1, le=MAX_ROUNDS)
+    """Turns per user; with ``duration`` too, whichever ends first."""
     conversation: ConversationSpec
+    """What the users say: system prompt, cache mode, ceiling, the turn."""
     request: RequestSpec = RequestSpec()
+    """Sampling settings of every request."""
     timeouts: Timeouts = Timeouts()
+    """Per-request timeouts and the drain period at the end."""
     warmup: Warmup = Warmup()
+    """Rounds kept out of the headline figures."""
     limits: Limits = Limits()
+    """Safety stops for the run."""
     telemetry: Telemetry = Telemetry()
+    """What is sampled besides the requests: server metrics, GPUs."""
     slo: Slo = Slo()
+    """The service level the verdict judges (and ``stress capacity`` searches for)."""
     search: SearchSpec = SearchSpec()
+    """``stress capacity``'s search settings (docs/capacity.md)."""
     connection: Connection = Connection()
+    """The HTTP connection pool."""
     phases: list[Phase] = Field(default_factory=list)
     """Optional sweep: run these steps one after another instead of one steady run."""
     seed: Int = Field(default=0, ge=0, le=2**63 - 1)
+    """Seed of every random draw (pastes, questions, think times), for repeatable runs."""
 
     @model_validator(mode="after")
     def _bounded(self) -> Scenario:
@@ -556,6 +663,12 @@ class LoadedScenario(BaseModel):
         return self.path.parent
 
     def resolve(self, relative: str) -> Path:
+        """A path the scenario names, relative to the scenario's folder; ``bundled:NAME``
+        is one of the corpora shipped with stress (``stress.bundled``), from anywhere."""
+        from stress.bundled import CORPUS_PREFIX, bundled_corpus
+
+        if relative.startswith(CORPUS_PREFIX):
+            return bundled_corpus(relative)
         p = Path(os.path.expanduser(relative))
         return p if p.is_absolute() else (self.base_dir / p).resolve()
 
@@ -880,9 +993,12 @@ def _check_files(
     paste = loaded.scenario.conversation.turn.paste
     if paste is not None:
         where = ("conversation", "turn", "paste", "corpus")
+        from stress.bundled import corpus_fix, corpus_problem
         from stress.corpus import allowed_roots, check_corpus, confine
 
         try:
+            if problem := corpus_problem(paste.corpus):  # bundled:NAME naming nothing
+                raise CorpusError(paste.corpus, problem, corpus_fix())
             corpus = loaded.resolve(paste.corpus)
             check_corpus(confine(corpus, allowed_roots(loaded.base_dir, corpus_roots)))
         except CorpusError as e:

@@ -379,8 +379,8 @@ timeouts: {drain: 10s}
 def sim_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     """One real ``stress run`` against the simulator with a key full of escapable characters.
 
-    The scenario lives in the repository's ``scenarios/`` folder's sibling layout
-    (``../corpora``) as shipped scenarios do, written to a temporary copy of that layout.
+    The scenario reaches its corpus by a relative path (``../corpora``), as a scenario kept
+    beside its own documents does, written to a temporary copy of that layout.
     """
     base = tmp_path_factory.mktemp("simrun")
     (base / "scenarios").mkdir()

@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 CORE = (
     "stress.engine",
     "stress.run",
@@ -33,3 +35,33 @@ def test_core_modules_do_not_import_textual() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "", f"textual imported by the core: {out.stdout[:200]}"
+
+
+HEAVY = ("aiohttp", "numpy", "pydantic", "prometheus_client", "yaml", "textual", "matplotlib")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["capacity", "--help"]])
+def test_the_parser_imports_no_heavy_package(argv: list[str]) -> None:
+    """`stress --help` answers at once: building the parser (and printing any help but
+    that of sim, probe and gpus, whose arguments live in their modules) loads none of the
+    packages that take a tenth of a second or more to import."""
+    code = (
+        "import sys\n"
+        "from stress.cli import build_parser\n"
+        f"try:\n    build_parser({argv!r}).parse_args({argv!r})\n"
+        "except SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]", out
+
+
+@pytest.mark.parametrize("command", ["sim", "probe", "gpus"])
+def test_lazily_loaded_commands_still_show_their_arguments(command: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "stress", command, "--help"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout
+    assert f"usage: stress {command}" in out and "--" in out.split("options:")[1]

@@ -25,6 +25,7 @@ from stress.analysis.judge import SloCheck
 from stress.errors import RunDirError, StressError
 from stress.fmt import num, pct, times, tokens
 from stress.report.headline import aggregate_tok_s
+from stress.report.model import SORT_KEYS
 
 
 @dataclass(slots=True)
@@ -49,9 +50,6 @@ class ArchiveRow:
     path: str
     damaged: str = ""
     """Why this run could not be read ("" for a readable run)."""
-
-
-SORT_KEYS = ("date", "scenario", "ttft_p95", "tok_s", "hit_rate", "duration")
 
 
 def row_for(run_dir: Path) -> ArchiveRow:

@@ -91,7 +91,7 @@ def compare_main(args: argparse.Namespace) -> int:
 
 
 def add_ls_arguments(p: argparse.ArgumentParser) -> None:
-    from stress.report.archive import SORT_KEYS
+    from stress.report.model import SORT_KEYS
 
     p.add_argument("dir", nargs="?", default="out", help="folder holding runs (default out/)")
     p.add_argument("--scenario", help="only runs of this scenario (name or glob)")

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+SORT_KEYS = ("date", "scenario", "ttft_p95", "tok_s", "hit_rate", "duration")
+"""``stress ls --sort``: the archive's sort keys."""
+
 
 @dataclass(slots=True)
 class Table:
