@@ -17,6 +17,12 @@ activity has moved the deadline, and otherwise cancels the request with a reason
 Pooled keep-alive connections that the server already closed fail instantly with
 "Server disconnected" (seen against llama.cpp, field notes): when nothing was exchanged
 the request is retried once on a fresh connection and counted in ``reconnects``.
+
+Every request carries ``X-Request-ID`` when its record has a ``request_id`` (the engine
+builds one per turn; a re-sent request gets ``-a2``), and the record keeps the ``id`` of
+the server's reply (``response_id``), so a request can be found in the server's log.
+When the caller passes ``token_times``, the receive time (``perf_counter``) of every chunk
+that carried generated text is appended to it: one append per chunk, nothing allocated.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import json
 import math
 import re
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +53,8 @@ _CONTEXT_PATTERNS = re.compile(
 )
 _REASONING_FIELDS = ("reasoning", "reasoning_content")
 _ERROR_BODY_LIMIT = 65536
+REQUEST_ID_HEADER = "X-Request-ID"
+_MAX_RESPONSE_ID = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +135,10 @@ class ChatClient:
         self.session = session
         self.url = base_url.rstrip("/") + "/v1/chat/completions"
         self.headers = {"Content-Type": "application/json", **headers}
+        self._base_headers = {
+            k: v for k, v in self.headers.items() if k.lower() != REQUEST_ID_HEADER.lower()
+        }
+        """The headers without any ``X-Request-ID`` of the scenario's: each request's own wins."""
         self.timeouts = timeouts
         self._fresh_factory = fresh_session
         self._fresh: aiohttp.ClientSession | None = None
@@ -145,20 +158,36 @@ class ChatClient:
             self._fresh = self._fresh_factory()
         return self._fresh
 
-    async def chat(self, body: bytes, rec: RequestRecord, t_sched: float) -> Reply:
+    async def chat(
+        self,
+        body: bytes,
+        rec: RequestRecord,
+        t_sched: float,
+        token_times: array[float] | None = None,
+    ) -> Reply:
         """Send one streamed chat request; fill ``rec`` completely; return the text.
+
+        ``token_times`` (optional) receives the ``perf_counter`` time of every chunk that
+        carried generated text, in order; its first entry is ``ttft_s`` after the send.
 
         Total: whatever fails, here or in a library, ``rec`` ends classified with ``e2e_s``
         set. Only a cancellation propagates, after it was recorded.
         """
         reply = Reply("", "")
         rec.t_start = time.perf_counter() - self.t0
+        base_id = rec.request_id
         try:
             rec.t_sched = t_sched - self.t0
-            if await self._attempt(self.session, body, rec, reply, t_sched, may_retry=True):
+            if await self._attempt(
+                self.session, body, rec, reply, t_sched, token_times, may_retry=True
+            ):
                 rec.reconnects += 1
+                if base_id is not None:  # the server may have logged the first attempt
+                    rec.request_id = f"{base_id}-a{rec.reconnects + 1}"
                 session = self._fresh_session()
-                await self._attempt(session, body, rec, reply, t_sched, may_retry=False)
+                await self._attempt(
+                    session, body, rec, reply, t_sched, token_times, may_retry=False
+                )
         except asyncio.CancelledError:
             self._fail(rec, "cancelled", "cancelled before the reply finished")
             self._finish(rec, reply)
@@ -179,11 +208,15 @@ class ChatClient:
         rec: RequestRecord,
         reply: Reply,
         t_sched: float,
+        token_times: array[float] | None,
         *,
         may_retry: bool,
     ) -> bool:
         """One send. True when it met a dead pooled connection before any reply and may
         be retried on a fresh one; otherwise ``rec`` holds the outcome."""
+        headers = self.headers
+        if rec.request_id is not None:
+            headers = {**self._base_headers, REQUEST_ID_HEADER: rec.request_id}
         t_send = time.perf_counter()
         rec.t_start = t_send - self.t0
         rec.queue_s = t_send - t_sched
@@ -191,12 +224,12 @@ class ChatClient:
         exchanged = False
         try:
             async with session.post(
-                self.url, data=body, headers=self.headers, allow_redirects=False
+                self.url, data=body, headers=headers, allow_redirects=False
             ) as resp:
                 exchanged = True
                 rec.t_last_byte = time.perf_counter() - self.t0
                 rec.http_status = resp.status
-                await self._read_reply(resp, rec, reply, t_send, wd)
+                await self._read_reply(resp, rec, reply, t_send, wd, token_times)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if wd.fired is None or task is None or task.uncancel() > 0:
@@ -233,6 +266,7 @@ class ChatClient:
         reply: Reply,
         t_send: float,
         wd: _Watchdog,
+        token_times: array[float] | None,
     ) -> None:
         status = resp.status
         if 300 <= status < 400:
@@ -253,7 +287,7 @@ class ChatClient:
             if mime == "application/json":
                 await self._read_json(resp, rec, reply, t_send, wd)
             elif mime == "text/event-stream":
-                await self._read_stream(resp, rec, reply, t_send, wd)
+                await self._read_stream(resp, rec, reply, t_send, wd, token_times)
             else:
                 shown = "(none)" if ctype is None else " ".join(ctype.split())[:100]
                 self._fail(
@@ -298,8 +332,11 @@ class ChatClient:
         reply: Reply,
         t_send: float,
         wd: _Watchdog,
+        token_times: array[float] | None,
     ) -> None:
         parser = SSEParser()
+        stamp = None if token_times is None else token_times.append
+        need_id = True
         content_parts: list[str] = []
         reasoning_parts: list[str] = []
         perf = time.perf_counter
@@ -334,6 +371,9 @@ class ChatClient:
                     if obj.__class__ is not dict:
                         malformed += 1
                         continue
+                    if need_id:  # the first object: the server's id for this reply
+                        need_id = False
+                        rec.response_id = _response_id(obj)
                     if t_first is not None:
                         gap = now - t_prev
                         if gap > max_gap:
@@ -378,6 +418,8 @@ class ChatClient:
                             t_prev = now
                             wd.got_first()
                         t_last_tok = now
+                        if stamp is not None:
+                            stamp(now)
                         if text:
                             if rec.ttfc_s is None:
                                 rec.ttfc_s = now - t_send
@@ -453,6 +495,7 @@ class ChatClient:
         reply.content = content
         reply.reasoning = reasoning
         rec.reasoning_field = field
+        rec.response_id = _response_id(obj)
         rec.finish_reason = _finish_reason(fr) if fr else None
         rec.saw_done = True
         if reply.content or reply.reasoning:
@@ -670,6 +713,12 @@ def _clean_timings(rec: RequestRecord, raw: Any) -> dict[str, Any] | None:
     if rejected:
         _note(rec, "ignored server timings that are not plain numbers: " + ", ".join(rejected))
     return out
+
+
+def _response_id(obj: dict[str, Any]) -> str | None:
+    """The reply's ``id`` when it is a short string (what a server's log can carry)."""
+    value = obj.get("id")
+    return value if value.__class__ is str and len(value) <= _MAX_RESPONSE_ID else None
 
 
 def _finish_reason(value: Any) -> str:

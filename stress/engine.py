@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import random
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,12 @@ def think_seconds(rng: random.Random, spec: ThinkTime) -> float:
         value = rng.expovariate(1.0 / spec.mean) if spec.mean else 0.0
         return min(max(value, spec.min), spec.max) if spec.max > 0 else max(value, spec.min)
     return rng.uniform(spec.min, spec.max)
+
+
+def request_id(nonce: str, user: int, rnd: int) -> str:
+    """``X-Request-ID`` of a user's turn: unique in the run (the engine's nonce names the
+    phase too) and across runs (the run nonce), readable in a server's log."""
+    return f"{nonce}-u{user}-r{rnd}"
 
 
 def build_body(scenario: Scenario, model: str, messages: list[dict[str, str]]) -> bytes:
@@ -360,18 +367,20 @@ class Engine:
                 prefilled_tokens=round(prefilled / self.paste_scale),
             )
             rec.phase = self.phase
+            rec.request_id = request_id(self.nonce, u, rnd)
             body = build_body(sc, self.model, messages)
             self.live.on_send(rec)
             self.recorder.request_started(rec)
             reply = Reply("", "")
+            token_times: array[float] = array("d")  # when each text chunk arrived
             try:
-                reply = await self.client.chat(body, rec, t_next)
+                reply = await self.client.chat(body, rec, t_next, token_times)
             except Exception as e:  # the client broke its promise: the record still tells
                 rec.outcome, rec.error_class = "error", "client_error"
                 rec.error = f"{type(e).__name__}: {e}"[:500]
                 raise
             finally:
-                self._finish(rec)
+                self._finish(rec, token_times)
             if rec.outcome in ("ok", "reasoning_only"):
                 conv.commit_turn(user_text, reply.content, reply.reasoning, rec.prompt_tokens)
             elif rec.error_class == "context_exceeded":
@@ -409,8 +418,8 @@ class Engine:
             keep_reasoning=spec.keep_reasoning,
         )
 
-    def _finish(self, rec: RequestRecord) -> None:
-        self.recorder.write_request(rec)
+    def _finish(self, rec: RequestRecord, token_times: array[float] | None = None) -> None:
+        self.recorder.write_request(rec, token_times)
         self._request_events(rec)
         self.live.on_record(rec, self.now())
         self._requests += 1

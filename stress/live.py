@@ -63,6 +63,8 @@ class TurnSummary:
     e2e_s: float | None
     max_gap_s: float | None = None
     """The longest silence between chunks after the first token."""
+    request_id: str | None = None
+    """The ``X-Request-ID`` it was sent with (to find it in the server's log)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,8 @@ class UserRow:
     """Thinking: seconds until the next turn is sent (when the engine said)."""
     stalls: int = 0
     """Requests of this user that ended in a stall or a first-token timeout."""
+    last_request_id: str | None = None
+    """``X-Request-ID`` of the user's last request: the one in flight, else the last sent."""
 
 
 @dataclass(slots=True)
@@ -110,6 +114,7 @@ class _UserState:
     last_error: str | None = None
     stalls: int = 0
     think_until: float | None = None
+    last_request_id: str | None = None
     in_flight: RequestRecord | None = None
     recent: deque[TurnSummary] = field(default_factory=lambda: deque(maxlen=RECENT_TURNS))
 
@@ -118,7 +123,9 @@ class _UserState:
         state, live_tok_s = self.state, None
         waited = silent = think_left = None
         rec = self.in_flight
+        request_id = self.last_request_id
         if rec is not None:
+            request_id = rec.request_id  # read now: a re-send renames it
             if rec.ttft_s is None:
                 state = "waiting"
                 waited = sim_seconds(max(0.0, now - rec.t_start), scale)
@@ -153,6 +160,7 @@ class _UserState:
             silent,
             think_left,
             self.stalls,
+            request_id,
         )
 
 
@@ -248,6 +256,7 @@ class Live:
         self.in_flight -= 1
         u = self._users[rec.user]
         u.in_flight = None
+        u.last_request_id = rec.request_id
         self.outcomes[rec.outcome] += 1
         if rec.error_class:
             self.error_classes[rec.error_class] = self.error_classes.get(rec.error_class, 0) + 1
@@ -296,6 +305,7 @@ class Live:
                 decode,
                 sim_seconds(rec.e2e_s, scale),
                 sim_seconds(rec.max_gap_s, scale),
+                rec.request_id,
             )
         )
         self._done.append((t_end, rec.completion_tokens, prompt, rec.cached_tokens or 0))

@@ -49,6 +49,13 @@ class RequestRecord:
     """Turn number within the conversation (1 = first)."""
     schema_version: int = SCHEMA_VERSION
     phase: str = "main"
+    request_id: str | None = None
+    """Sent as ``X-Request-ID``: ``<run nonce>[-<phase>]-u<user>-r<round>``, with ``-a<n>``
+    when the request was re-sent on a fresh connection (attempt n); None for requests
+    made outside the engine. docs/real-servers.md says how to find it in a server's log."""
+    response_id: str | None = None
+    """The ``id`` of the server's reply chunks (vLLM: ``chatcmpl-<request_id>``; SGLang: its
+    own request id, the ``rid`` of its request log; llama.cpp: random), or None."""
     warmup: bool = False
     t_sched: float = 0.0
     t_start: float = 0.0

@@ -1,11 +1,13 @@
 """The run directory: the full, crash-safe record of a run.
 
 ``out/<run_id>/`` holds ``manifest.json`` (what ran, against what, with which versions),
-``requests.jsonl`` (one line per finished request), ``events.jsonl`` (warnings, errors,
-restarts...), one JSONL file per collector stream (``server.jsonl``, ``gpu.jsonl``) and
-``summary.json`` at the end. JSONL lines are buffered and written by a flusher at least
-once a second, so after ``kill -9`` every file is valid up to the last flush (a reader
-skips a torn last line). Everything written passes through the secret redactor.
+``requests.jsonl`` (one line per finished request), ``tokens.bin`` (when each chunk of
+generated text arrived, per request: ``stress.token_times``), ``events.jsonl`` (warnings,
+errors, restarts...), one JSONL file per collector stream (``server.jsonl``,
+``gpu.jsonl``) and ``summary.json`` at the end. Lines and frames are buffered and written
+by a flusher at least once a second, so after ``kill -9`` every file is valid up to the
+last flush (a reader skips a torn last line or frame). Every JSONL line passes through the
+secret redactor (``tokens.bin`` holds request ids and float seconds only).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import dataclasses
 import os
 import time
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,8 @@ import orjson
 from stress.events import RunEvent
 from stress.record import RequestRecord
 from stress.secrets import REDACTOR
+from stress.token_times import FILE_NAME as TOKENS_FILE
+from stress.token_times import TokenTimesFile
 
 _OPTS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 MAX_IN_FLIGHT_LISTED = 1000
@@ -83,6 +88,7 @@ class Recorder:
         t0 = time.perf_counter()
         self._clock = clock or (lambda: time.perf_counter() - t0)
         self._in_flight: dict[int, RequestRecord] = {}
+        self._tokens = TokenTimesFile(run_dir / TOKENS_FILE)
         self.sent = 0
         """Requests handed to the client so far (``request_started``)."""
         self.requests_written = 0
@@ -110,11 +116,15 @@ class Recorder:
         self.sent += 1
         self._in_flight[id(rec)] = rec
 
-    def write_request(self, rec: RequestRecord) -> None:
+    def write_request(self, rec: RequestRecord, token_times: array[float] | None = None) -> None:
+        """Accept the record's line and, when ``token_times`` holds the receive times of
+        its text chunks, its ``tokens.bin`` frame (keyed by ``rec.request_id``)."""
         self._in_flight.pop(id(rec), None)
         if not self.closed:
             self._buffer("requests").append(_dumps_line(rec))
             self.requests_written += 1
+            if token_times and rec.request_id is not None:
+                self._tokens.add(rec.request_id, rec.ttft_s, token_times)
 
     def event(self, ev: RunEvent) -> None:
         ev.message = REDACTOR.text(ev.message)
@@ -135,6 +145,11 @@ class Recorder:
                 except OSError as e:
                     ok = False
                     self._failed(stream, e)
+        try:
+            self._tokens.flush()
+        except OSError as e:
+            ok = False
+            self._failed("tokens", e, TOKENS_FILE)
         self._write_state(finished=False)
         return ok
 
@@ -177,15 +192,15 @@ class Recorder:
             self.requests_recorded += complete
         del buf[:complete]
 
-    def _failed(self, stream: str, e: OSError) -> None:
+    def _failed(self, stream: str, e: OSError, file: str | None = None) -> None:
         if self.error is not None:
             return
         self.error = e
         ev = RunEvent(
             self._clock(),
             "recorder_failed",
-            f"cannot write {stream}.jsonl in {self.dir}: {e.strerror or e} -- stopping the "
-            "run; lines are kept in memory and retried",
+            f"cannot write {file or f'{stream}.jsonl'} in {self.dir}: {e.strerror or e} -- "
+            "stopping the run; lines are kept in memory and retried",
             "error",
             source="recorder",
             data={"stream": stream, "error": e.strerror or str(e)},
@@ -231,6 +246,7 @@ class Recorder:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._fds.clear()
+        self._tokens.close()
         self.closed = True
         self._write_state(finished=True)
 

@@ -234,6 +234,7 @@ def build_summary(run_dir: Path, analysis: Analysis | None = None) -> dict[str, 
     }
     summary["verdict"] = analysis.verdict.as_dict()
     summary["capacity"] = analysis.capacity.as_dict()
+    summary["token_timing"] = analysis.tokens.as_dict()
     try:
         write_json(run_dir / "summary.json", summary)
     except OSError as e:
@@ -310,6 +311,7 @@ def render_summary(summary: dict[str, Any]) -> str:
         )
     lines.append("")
     lines.append(f"{'metric':<14}{'n':>6}{'mean':>10}{'sd':>10}{'p50':>10}{'p95':>10}{'p99':>10}")
+    tt = summary.get("token_timing") or {}
     for m, label in (
         ("ttft_s", "TTFT s"),
         ("ttfc_s", "TTFC s"),
@@ -321,6 +323,18 @@ def render_summary(summary: dict[str, Any]) -> str:
         lines.append(
             f"{label:<14}{s['n']:>6}{_fmt(s['mean']):>10}{_fmt(s['sd']):>10}"
             f"{_fmt(s['p50']):>10}{_fmt(s['p95']):>10}{_fmt(s['p99']):>10}"
+        )
+    for key, label in (("tpot_s", "TPOT s"), ("itl_s", "ITL s")):
+        s = tt.get(key) or {}
+        if s.get("n"):  # ITL: n counts gaps, not requests
+            lines.append(
+                f"{label:<14}{s['n']:>6}{_fmt(s['mean']):>10}{_fmt(s['sd']):>10}"
+                f"{_fmt(s['p50']):>10}{_fmt(s['p95']):>10}{_fmt(s['p99']):>10}"
+            )
+    if tt.get("goodput_ttft_itl") is not None:
+        lines.append(
+            f"goodput (TTFT + ITL p95 <= {_fmt(tt.get('slo_itl_p95_s'), 's')}): "
+            f"{100 * tt['goodput_ttft_itl']:.0f}% of turns"
         )
     share = o.get("cached_share")
     ret = o.get("cache_retention")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -322,6 +323,8 @@ class RawServer:
     dropped: int = 0
     idle_closed: int = 0
     port: int = 0
+    request_ids: list[str | None] = field(default_factory=list)
+    """The X-Request-ID of every chat request that arrived, dropped ones included."""
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         answered = 0
@@ -342,6 +345,10 @@ class RawServer:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":")[1])
                 await reader.readexactly(length)
+                if path == b"/v1/chat/completions":
+                    ids = [v for k, _, v in (x.partition(b":") for x in lines)
+                           if k.lower() == b"x-request-id"]  # fmt: skip
+                    self.request_ids.append(ids[0].strip().decode() if ids else None)
                 if path == b"/v1/models":
                     reply = _http(200, "application/json", b'{"data": [{"id": "raw-model"}]}')
                 elif path == b"/v1/chat/completions" and method == b"POST":
@@ -697,3 +704,77 @@ async def test_a_line_past_the_limit_ends_the_request_as_malformed() -> None:
     rec, text = await one(FakeServer(script=script), TimeoutPolicy(5, 30, 30, 120))
     assert rec.outcome == "error" and rec.error_class == "malformed_stream"
     assert rec.error is not None and "16 MiB" in rec.error and text == "a"
+
+
+async def test_every_request_carries_its_id_and_a_resend_is_named_apart() -> None:
+    """X-Request-ID is the record's ``request_id``; a request re-sent after a dead pooled
+    connection goes out as ``-a2`` and the record keeps the id of the send that answered."""
+    async with raw_server(RawServer(drop_reused=True)) as server:
+        url = f"http://127.0.0.1:{server.port}"
+        session = make_session(8, POLICY.connect)
+        client = ChatClient(
+            session, url, {}, POLICY, fresh_session=lambda: make_session(8, POLICY.connect, True)
+        )
+        records = []
+        try:
+            for rnd in (1, 2, 3):
+                rec = RequestRecord(user=4, conversation=1, round=rnd, turn=rnd)
+                rec.request_id = f"n0nce-u4-r{rnd}"
+                await client.chat(BODY, rec, time.perf_counter())
+                records.append(rec)
+        finally:
+            await client.close()
+            await session.close()
+    assert [r.outcome for r in records] == ["ok"] * 3
+    resent = [r for r in records if r.reconnects]
+    assert resent and server.dropped == len(resent)
+    for r in resent:
+        assert r.request_id == f"n0nce-u4-r{r.round}-a2"
+        assert f"n0nce-u4-r{r.round}" in server.request_ids  # the dropped attempt
+    answered = [i for i in server.request_ids if i is not None]
+    assert len(answered) == 3 + len(resent)
+    assert {r.request_id for r in records} <= set(answered)
+
+
+async def test_no_request_id_no_header_and_the_reply_id_is_kept() -> None:
+    parts = [
+        b'data: {"id":"chatcmpl-xyz","choices":[{"delta":{"role":"assistant"}}]}\n\n',
+        chunk("hi", finish="stop"),
+        DONE,
+    ]
+    server = scripted(parts)
+    rec, _ = await one(server)
+    assert rec.outcome == "ok" and rec.request_id is None
+    assert rec.response_id == "chatcmpl-xyz"
+    assert "X-Request-ID" not in server.headers_seen[0]
+
+
+async def test_token_times_are_the_receive_times_of_text_chunks() -> None:
+    """One entry per chunk that carried text (reasoning or content), in order; the first
+    is the first token, so it lies ``ttft_s`` after the send."""
+    from array import array
+
+    parts = [
+        chunk(reasoning="hm"),
+        chunk(""),  # no text: not a token's time
+        chunk("a"),
+        chunk("b"),
+        chunk("c", finish="stop"),
+        usage_chunk(5, 4),
+        DONE,
+    ]
+    times: array[float] = array("d")
+    async with serve(scripted(parts, delay=0.03)) as server, aiohttp.ClientSession() as session:
+        client = ChatClient(session, server.url, {}, POLICY)
+        rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
+        rec.request_id = "n-u0-r1"
+        t0 = time.perf_counter()
+        await client.chat(BODY, rec, t0, times)
+    assert rec.outcome == "ok"
+    assert server.headers_seen[0]["X-Request-ID"] == "n-u0-r1"
+    assert len(times) == 4 == rec.chunks_content + rec.chunks_reasoning
+    assert rec.ttft_s is not None
+    assert times[0] - (t0 + rec.queue_s) == pytest.approx(rec.ttft_s, abs=1e-9)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert all(g >= 0.02 for g in gaps), gaps  # each chunk 30 ms after the one before
+    assert gaps[0] >= 0.05  # across the chunk without text (max_gap_s counts every chunk)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +185,12 @@ async def test_phases_run_in_order_with_their_own_users_and_warmup(tmp_path: Pat
     assert summary["phases"]["one"]["requests"] == 1
     assert summary["phases"]["one"]["warmup_requests"] == 1
     assert summary["phases"]["two#1"]["users"] == 2
+    # every request is sent with its id, unique across phases, and recorded with it
+    sent = [h["X-Request-ID"] for h in server.headers_seen]
+    assert sorted(sent) == sorted(r["request_id"] for r in recs)
+    assert len(set(sent)) == len(recs)
+    for r in recs:
+        assert r["request_id"].endswith(f"-{r['phase']}-u{r['user']}-r{r['round']}")
 
 
 async def test_paste_on_first_turn_only(tmp_path: Path) -> None:
@@ -263,8 +270,14 @@ async def test_each_failed_empty_or_stalled_request_has_an_event(tmp_path: Path)
 class _BrokenClient(ChatClient):
     """A client that breaks its never-raise promise after the request went out."""
 
-    async def chat(self, body: bytes, rec: RequestRecord, t_sched: float) -> Reply:
-        await super().chat(body, rec, t_sched)
+    async def chat(
+        self,
+        body: bytes,
+        rec: RequestRecord,
+        t_sched: float,
+        token_times: array[float] | None = None,
+    ) -> Reply:
+        await super().chat(body, rec, t_sched, token_times)
         raise RuntimeError("bug in the client")
 
 

@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from stress.events import RunEvent
 from stress.record import RequestRecord
 from stress.recorder import Recorder
 from stress.run import _flusher
+from stress.token_times import FILE_NAME as TOKENS_FILE
+from stress.token_times import ReadReport, read_frames
 
 
 @pytest.fixture
@@ -193,3 +196,82 @@ async def test_the_flusher_stops_the_run_when_a_write_fails(small_disk: Path) ->
     assert [e.kind for e in seen] == ["recorder_failed"]
     assert r.unwritten_requests == 2
     assert lines(small_disk / "requests.jsonl") == []
+
+
+# --- tokens.bin: the chunk times beside requests.jsonl ---------------------------------
+
+
+def timed(i: int, n: int) -> tuple[RequestRecord, array[float]]:
+    """Record ``i`` with ``n`` text chunks 10 ms apart, its first 0.5 s after the send."""
+    rec = record(i)
+    rec.request_id = f"run-u{i % 7}-r{i}"
+    rec.ttft_s = 0.5
+    return rec, array("d", (100.0 + 0.5 + 0.01 * k for k in range(n)))
+
+
+def frames(path: Path) -> tuple[list[tuple[str, list[float]]], ReadReport]:
+    report = ReadReport()
+    got = [(rid, [round(float(x), 6) for x in v]) for rid, v in read_frames(path, report)]
+    return got, report
+
+
+def test_token_times_are_one_frame_per_request_keyed_by_its_id(tmp_path: Path) -> None:
+    r = Recorder(tmp_path)
+    for i in range(3):
+        r.write_request(*timed(i, n=3 + i))
+    r.write_request(record(9), array("d"))  # no text chunk: no frame
+    no_id = record(10)
+    r.write_request(no_id, array("d", [1.0, 2.0]))  # not sent by the engine: no id, no frame
+    assert r.flush()
+    r.close()
+    got, report = frames(tmp_path / TOKENS_FILE)
+    assert report.damaged is None and report.frames == 3
+    assert [rid for rid, _ in got] == ["run-u0-r0", "run-u1-r1", "run-u2-r2"]
+    for (_, values), n in zip(got, (3, 4, 5), strict=True):
+        assert values == [0.5] + [0.01] * (n - 1)  # TTFT, then the gaps
+    assert len(lines(tmp_path / "requests.jsonl")) == 5
+
+
+def test_a_torn_last_frame_is_left_out_and_said(tmp_path: Path) -> None:
+    """``kill -9`` in the middle of a write: the frames before it read, the reader says why
+    it stopped."""
+    r = Recorder(tmp_path)
+    r.write_request(*timed(0, n=4))
+    r.flush()
+    whole = (tmp_path / TOKENS_FILE).read_bytes()
+    r.write_request(*timed(1, n=4))
+    r.close()
+    data = (tmp_path / TOKENS_FILE).read_bytes()
+    (tmp_path / TOKENS_FILE).write_bytes(data[: len(whole) + 9])
+    got, report = frames(tmp_path / TOKENS_FILE)
+    assert [rid for rid, _ in got] == ["run-u0-r0"]
+    assert report.damaged == "torn last frame" and report.skipped_bytes == 9
+    (tmp_path / TOKENS_FILE).write_bytes(b"garbage!" + data[8:])
+    got, report = frames(tmp_path / TOKENS_FILE)
+    assert got == [] and report.damaged == "not a tokens.bin file (bad magic)"
+
+
+def test_a_full_disk_loses_no_frame_and_leaves_the_file_valid(small_disk: Path) -> None:
+    """Like requests.jsonl: a write that fills the disk part-way is cut back to the last
+    whole frame and the rest kept; the run is told once; with room again, every frame is
+    written exactly once, in order."""
+    seen: list[RunEvent] = []
+    r = Recorder(small_disk, on_event=seen.append)
+    r.write_request(*timed(0, n=10))
+    assert r.flush()
+    filler = fill(small_disk, leave=64 * 1024)  # room for the lines, not for the frames
+    for i in range(1, 40):  # ~310 KiB of frames
+        r.write_request(*timed(i, n=2000))
+    assert not r.flush()
+    assert len(lines(small_disk / "requests.jsonl")) == 40
+    got, report = frames(small_disk / TOKENS_FILE)
+    assert report.damaged is None and 1 < len(got) < 40  # whole frames only
+    assert [rid for rid, _ in got] == [f"run-u{i % 7}-r{i}" for i in range(len(got))]
+    [ev] = seen
+    assert ev.kind == "recorder_failed"
+    assert "tokens.bin" in ev.message and ev.data["stream"] == "tokens"
+    filler.unlink()
+    r.close()
+    got, report = frames(small_disk / TOKENS_FILE)
+    assert report.damaged is None
+    assert [rid for rid, _ in got] == [f"run-u{i % 7}-r{i}" for i in range(40)]

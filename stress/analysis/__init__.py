@@ -6,6 +6,7 @@ The flow, in one direction::
                   --rundata-->  RunData (the typed read model every reader uses)
                   --figures / judge / capacity / causes--> the figures, the verdict,
                                 the capacity answer and its named causes
+                  --itl (+ tokens.bin)--> ITL, TPOT, goodput on TTFT and ITL
     --> renderers: summary.json and the end-of-run terminal summary (stress.summary), the
         report (stress.report), ``stress ls``, ``stress compare``, the TUI badge.
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stress.analysis.capacity import CapacityAnswer, capacity_answer
+from stress.analysis.itl import TokenTiming, token_timing
 from stress.analysis.judge import Verdict, make_verdict
 from stress.analysis.rundata import RunData, load_run
 from stress.analysis.runfiles import RunFiles
@@ -22,6 +23,8 @@ class Analysis:
     run: RunData
     verdict: Verdict
     capacity: CapacityAnswer
+    tokens: TokenTiming
+    """ITL, TPOT and goodput on TTFT + ITL (``tokens.bin``)."""
 
 
 def analyze(run_dir: Path, files: RunFiles | None = None) -> Analysis:
@@ -30,4 +33,4 @@ def analyze(run_dir: Path, files: RunFiles | None = None) -> Analysis:
     ``RunDirError`` (one line) when the run's files are damaged beyond use."""
     run = load_run(run_dir, files)
     verdict = make_verdict(run)
-    return Analysis(run, verdict, capacity_answer(run, verdict.slo))
+    return Analysis(run, verdict, capacity_answer(run, verdict.slo), token_timing(run))

@@ -69,6 +69,32 @@ FIGURES: tuple[FigureDef, ...] = (
         "max_gap_s: the longest gap between two chunks after the first token, per stream",
     ),
     FigureDef(
+        "ITL",
+        "gaps between consecutive chunks that carried generated text (content or "
+        "reasoning) of non-warm-up streamed requests that generated text (ok, "
+        "reasoning_only), from tokens.bin; overall, per user, per conversation-length bucket",
+        "receive time of text chunk k+1 - text chunk k (chunks in one read: 0); percentiles "
+        "from log bins of 1/128 decade (within 1%), mean and max exact",
+    ),
+    FigureDef(
+        "ITL per request",
+        "as ITL, one request's own gaps",
+        "p50, p95 (linear) and max of its gaps; the ITL p95 per request is distributed over "
+        "requests",
+    ),
+    FigureDef(
+        "TPOT",
+        "per request, as TTFT p95 (overall, per user, per conversation-length bucket)",
+        "(t_last_token - t_first_token) / (completion_tokens - 1), i.e. 1 / decode tok/s",
+    ),
+    FigureDef(
+        "goodput (TTFT + ITL)",
+        "non-warm-up turns, every outcome (overall, per user), when slo.itl_p95 is set and "
+        "the run has tokens.bin",
+        "share answered (ok) with TTFT <= the TTFT limit (when set) and the request's own "
+        "ITL p95 <= slo.itl_p95 (a reply of one chunk: TTFT alone)",
+    ),
+    FigureDef(
         "output tokens",
         "non-warm-up requests, every outcome",
         "sum of completion_tokens (a truncated reply's tokens were generated too)",

@@ -29,6 +29,8 @@ class RequestRow(TypedDict, total=False):
     round: int
     turn: int
     phase: str
+    request_id: str | None
+    response_id: str | None
     warmup: bool
     t_sched: float
     t_start: float

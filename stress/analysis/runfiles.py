@@ -61,6 +61,8 @@ COUNTS = (
 IDS = ("user", "conversation", "round", "turn")
 TEXTS = (
     "phase",
+    "request_id",
+    "response_id",
     "error_class",
     "error",
     "finish_reason",

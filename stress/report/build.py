@@ -1,9 +1,9 @@
 """Assemble a report from a run directory and write report.md and report.html.
 
 The order is the reader's: the verdict, the capacity answer with its chart and buckets,
-the headline figures, the charts and the GPUs; then, folded, the per-user, per-round and
-phase tables, the definitions and the fingerprint that says what was measured. Every
-figure comes from the run's one analysis (``stress.analysis.analyze``).
+the headline figures, inter-token latency, the charts and the GPUs; then, folded, the
+per-user, per-round and phase tables, the definitions and the fingerprint that says what
+was measured. Every figure comes from the run's one analysis (``stress.analysis.analyze``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from stress.fmt import num, pct
 from stress.report.capacity import capacity_section
 from stress.report.fingerprint import fingerprint
 from stress.report.headline import DEFINITIONS, headline_table
+from stress.report.itl import itl_section, per_user_table
 from stress.report.model import Chart, Section, Table
 from stress.report.series import gpu_series, total_energy_j
 from stress.report.tables import per_phase, per_round, per_user
@@ -130,11 +131,15 @@ def make_report(run_dir: Path, charts: bool = True, analysis: Analysis | None = 
     phase = per_phase(run)
     if phase is not None:
         tables.append(phase)
+    itl_users = per_user_table(analysis.tokens)
+    if itl_users is not None:
+        tables.insert(1, itl_users)
     gt = gpu_table(run)
     chart_list = charts_mod.all_charts(run) if charts else []
     capacity = capacity_section(analysis, charts_mod.seconds(run), charts=charts)
     sections = [
         capacity,
+        itl_section(analysis.tokens),
         Section("charts", "Charts", charts=chart_list),
         *([Section("gpus", "GPUs", tables=[gt])] if gt is not None else []),
         Section("tables", "Per user, per round, phases", tables=tables, folded=True),

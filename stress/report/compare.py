@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stress.analysis import figures
-from stress.analysis.analyze import analyze
+from stress.analysis.analyze import Analysis, analyze
+from stress.analysis.loghist import LogHistogram
 from stress.analysis.rundata import RunData
 from stress.analysis.stats import (
     BOOTSTRAP_RESAMPLES,
@@ -124,6 +125,8 @@ def compare(run_dirs: list[Path]) -> Comparison:
             row += [_diff_cell(dd), judge]
         rows.append(row)
 
+    rows += itl_rows(groups, {id(a.run): a for a in analyses})
+
     def pairs(g: Group) -> tuple[list[float], list[float]]:
         c: list[float] = []
         p: list[float] = []
@@ -165,7 +168,8 @@ def compare(run_dirs: list[Path]) -> Comparison:
         f"({BOOTSTRAP_RESAMPLES} resamples, fixed seed), requests pooled over a group's runs; "
         "the hit rate is a ratio of sums, bootstrapped the same way. Requests within a run "
         "are correlated, so these intervals are optimistic: prefer repeated runs, whose "
-        "run-level figures are judged with Welch's t-test (95%). A difference is "
+        "run-level figures are judged with Welch's t-test (95%), as is ITL p95 over every "
+        "gap (one figure per run; a group's cell pools its runs' gaps). A difference is "
         "'significant' when its interval excludes zero."
     )
     changed = diff([g.fingerprint for g in groups])
@@ -223,6 +227,51 @@ def compare(run_dirs: list[Path]) -> Comparison:
         notes,
         method,
     )
+
+
+def itl_rows(groups: list[Group], by_run: dict[int, Analysis]) -> list[list[str]]:
+    """Inter-token latency (``tokens.bin``): each request's mean ITL, compared like the
+    other per-request figures (bootstrap over requests); and ITL p95 over every gap, one
+    value per run, judged over runs (Welch). Runs without token timing add nothing."""
+    base = groups[0]
+
+    def means(g: Group) -> list[float]:
+        return [
+            r.mean
+            for run in g.runs
+            for r in by_run[id(run)].tokens.per_request.values()
+            if r.mean is not None
+        ]
+
+    def p95s(g: Group) -> list[float]:
+        return [
+            v
+            for run in g.runs
+            if (v := by_run[id(run)].tokens.overall.itl.percentile(95)) is not None
+        ]
+
+    if not any(means(g) for g in groups):
+        return []
+    row = ["ITL per request, mean (s)"]
+    for g in groups:
+        d = describe(means(g))
+        row.append(f"{num(d.mean)} ± {num(d.sd)} (n={d.n})" if d.n else "-")
+    for g in groups[1:]:
+        dd = bootstrap_mean_diff(means(base), means(g))
+        row += [_diff_cell(dd), _judge(dd)]
+    p95_row = ["ITL p95, every gap (s)"]
+    for g in groups:
+        pooled = LogHistogram()
+        for run in g.runs:
+            pooled.merge(by_run[id(run)].tokens.overall.itl)
+        p95_row.append(f"{num(pooled.percentile(95))} (gaps={pooled.n:,})" if pooled.n else "-")
+    for g in groups[1:]:
+        w = welch(p95s(base), p95s(g))
+        judge = _judge(w)
+        if w.significant is None:
+            judge = "too few runs to judge (need 2+ per group)"
+        p95_row += [_diff_cell(w), judge]
+    return [row, p95_row]
 
 
 def _server_hit(run: RunData) -> float | None:

@@ -39,6 +39,7 @@ class GroundTruthRecord:
     stream: bool
     status: int
     fault: str | None
+    request_id: str | None = None  # the X-Request-ID header as received, if any
 
 
 class GroundTruth:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 import socket
 import struct
 import time
@@ -37,6 +38,9 @@ _SHUTDOWN_S = 0.5
 _QUIET_LOG = logging.getLogger("stress.sim.http")
 _QUIET_LOG.addHandler(logging.NullHandler())
 _QUIET_LOG.propagate = False
+# An X-Request-ID the vLLM dialect takes as its request id, as vLLM does (chatcmpl-<id>);
+# anything else (odd characters, very long) gets a random id.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:#-]{1,200}")
 
 
 class RunningSim:
@@ -239,16 +243,19 @@ class RunningSim:
         if prompt_len >= limit:
             return _json(dialects.context_error(cfg, prompt_len, limit), status=400)
         plan = self._plan_reply(body, request_no, limit - prompt_len)
-        rid = (
-            f"chatcmpl-{uuid.uuid4().hex[:24]}"
-            if cfg.dialect != "vllm"
-            else (f"chatcmpl-{uuid.uuid4().hex[:16]}")
-        )
+        header_id = request.headers.get("X-Request-ID")
+        if cfg.dialect != "vllm":
+            rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        elif header_id is not None and _REQUEST_ID.fullmatch(header_id):
+            rid = f"chatcmpl-{header_id}"  # vLLM's request id is the header's
+        else:
+            rid = f"chatcmpl-{uuid.uuid4().hex[:16]}"
         seq = self.engine.submit(rid, prompt_ids + plan.ids, prompt_len, plan.n_out, plan.finish)
         stream = bool(body.get("stream"))
         opts = body.get("stream_options")
         include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
         writer = _Writer(self, request, seq, plan, rid, fault, received_at, t0, request_no)
+        writer.request_id = header_id
         try:
             if stream:
                 return await writer.stream(include_usage)
@@ -358,6 +365,8 @@ class _Writer:
         self.last_at: float | None = None
         self.status = 200
         self.finished: str | None = None
+        self.request_id: str | None = None
+        """The request's X-Request-ID header, as received (ground truth)."""
 
     async def _next_count(self) -> tuple[int, bool]:
         """Wait for the engine: (tokens emitted so far, whether the sequence ended)."""
@@ -522,6 +531,7 @@ class _Writer:
                 stream=stream,
                 status=self.status,
                 fault=None if self.fault is None else self.fault.kind,
+                request_id=self.request_id,
             )
         )
 

@@ -98,6 +98,29 @@ async def test_stalls_per_user_in_the_row_and_the_detail() -> None:
         assert "stalls 2" in text and "max gap" in text and "2m02s" in text
 
 
+async def test_the_detail_shows_the_last_request_id() -> None:
+    """The id the server logged (X-Request-ID): the request in flight, else the last one."""
+    run = Run()
+    done = run.send(1, 1.0)
+    done.request_id = "ab12cd34ef-u1-r1"
+    run.live.on_record(done, 5.0)
+    app = run.app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.tick()
+        await pilot.pause()
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, UserDetail)
+        assert "last request id ab12cd34ef-u1-r1" in screen_text(app)
+    flying = run.send(1, 6.0)
+    flying.request_id = "ab12cd34ef-u1-r2-a2"  # re-sent on a fresh connection
+    assert run.live.snapshot(7.0).users[1].last_request_id == "ab12cd34ef-u1-r2-a2"
+    run.live.on_record(flying, 8.0)
+    row = run.live.snapshot(9.0).users[1]
+    assert row.last_request_id == "ab12cd34ef-u1-r2-a2"
+    assert [t.request_id for t in row.recent] == ["ab12cd34ef-u1-r1", "ab12cd34ef-u1-r2-a2"]
+
+
 async def test_request_event_flood_is_summarised_and_run_failures_shown_at_once() -> None:
     run = Run()
     for i in range(60):

@@ -1,8 +1,10 @@
 """One user's recent turns with their timings, opened from the users table.
 
 The summary line says what the user is doing now and for how long (the same age as the
-table's state cell) and how many of its requests stalled; each turn shows its longest
-silence between chunks (``max gap``), so a stream that nearly stalled is visible too.
+table's state cell), how many of its requests stalled, and the ``X-Request-ID`` of its
+last request (in flight, else the last one sent), to find it in the server's log; each
+turn shows its longest silence between chunks (``max gap``), so a stream that nearly
+stalled is visible too.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ def summary_text(row: UserRow) -> Text:
         t.append(f" · stalls {row.stalls}", style="red")
     if row.last_error:
         t.append(f" · last error {row.last_error}", style="red")
+    if row.last_request_id:
+        t.append(f"\nlast request id {row.last_request_id}", style="dim")
     return t
 
 
