@@ -8,7 +8,7 @@ set -euo pipefail
 VERSION="${STRESS_LLAMACPP_PY_VERSION:-0.3.36}"
 CACHE="${STRESS_CACHE_DIR:-$HOME/.cache/stress-realserver}"
 SDIST="$CACHE/downloads/llama_cpp_python-$VERSION.tar.gz"
-OUT="${1:?usage: pack_llamacpp_src.sh OUT.tar.gz}"
+OUT="$(realpath -m "${1:?usage: pack_llamacpp_src.sh OUT.tar.gz}")"  # absolute: the script changes folder
 [[ -f "$SDIST" ]] || { echo "no $SDIST: run scripts/realserver/build_llamacpp.sh first" >&2; exit 1; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

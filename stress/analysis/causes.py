@@ -36,6 +36,7 @@ CauseCode = Literal[
     "kv_pool",
     "llamacpp_slots",
     "queueing",
+    "server_stall",
     "prefill",
     "preemption",
     "prefill_interference",
@@ -273,12 +274,31 @@ def _ttft_cause(run: RunData) -> Cause | None:
         and r.get("ttft_s") is not None
         and _prompt_s(r) is not None
     ]
-    return _llamacpp_ttft(timed) if len(timed) >= MIN_REQUESTS else _histogram_ttft(run)
+    return _llamacpp_ttft(run, timed) if len(timed) >= MIN_REQUESTS else _histogram_ttft(run)
 
 
-def _llamacpp_ttft(recs: list[Record]) -> Cause | None:
+def _slot_shortage(run: RunData) -> bool | None:
+    """Whether requests could have waited for a llama.cpp slot: more users than the probe's
+    slots, or the server reported requests deferred (``llamacpp:requests_deferred``).
+    False when the slots sufficed and the server queued none; None when unknown."""
+    slots = _probe(run).get("slots")
+    waiting = run.collector("server").get("waiting_max")
+    if isinstance(waiting, int | float) and waiting > 0:
+        return True
+    if isinstance(slots, int) and slots > 0:
+        if _users(run) > slots:
+            return True
+        if isinstance(waiting, int | float):
+            return False
+    return None
+
+
+def _llamacpp_ttft(run: RunData, recs: list[Record]) -> Cause | None:
     """llama.cpp: each reply's ``timings.prompt_ms`` is its prefill, so TTFT minus it is
-    the time before prefill started (waiting for a free slot, mostly); medians of each."""
+    the time before prefill started; medians of each. That wait is a free slot's only when
+    there were too few slots (or the server deferred requests): with a slot per user and
+    nothing queued, the server itself held the requests (e.g. llama.cpp's host-RAM prompt
+    cache copying idle slots' KV on each request start, --cache-ram)."""
     prefill = [_prompt_s(r) or 0.0 for r in recs]
     ttft_all = [float(r.get("ttft_s") or 0.0) for r in recs]  # callers keep those with one
     ttft = _median(ttft_all)
@@ -288,11 +308,24 @@ def _llamacpp_ttft(recs: list[Record]) -> Cause | None:
         return None
     where = f"(llama.cpp timings.prompt_ms, {len(recs):,} requests)"
     if wait >= DOMINANT * ttft:
+        head = f"Median TTFT {num(ttft)} s is {num(wait)} s of waiting before prefill started"
+        shortage = _slot_shortage(run)
+        if shortage is False:
+            slots = _probe(run).get("slots")
+            return Cause(
+                "server_stall",
+                "the server holding requests before prefill (slots were free)",
+                f"{head} over {num(pre)} s of prefill {where}, with {_users(run)} users on "
+                f"{slots} slots and no request deferred by the server: not a slot shortage. "
+                "llama.cpp's host-RAM prompt cache does this (it copies idle slots' KV cache "
+                "on each request start): try --cache-ram 0.",
+                min(1.0, wait / ttft),
+            )
+        why = "for a free slot" if shortage else "for a free slot, or a server stall"
         return Cause(
             "queueing",
             "waiting for a free slot",
-            f"Median TTFT {num(ttft)} s is {num(wait)} s of waiting before prefill "
-            f"started (for a free slot) over {num(pre)} s of prefill {where}.",
+            f"{head} ({why}) over {num(pre)} s of prefill {where}.",
             min(1.0, wait / ttft),
         )
     if pre < DOMINANT * ttft:

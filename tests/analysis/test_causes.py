@@ -342,3 +342,33 @@ def test_a_server_without_metrics_is_one_gap(tmp_path: Path) -> None:
     assert gaps.title == "no server metrics"
     assert gaps.text.startswith("/metrics never answered (50 scrapes)")
     assert "preemptions" in gaps.weakens
+
+
+def test_waiting_with_free_slots_and_nothing_deferred_is_a_server_stall(tmp_path: Path) -> None:
+    """The H200 validation's first run: 16 users on 16 slots, the server deferring nothing,
+    yet seconds before each prefill (llama.cpp's host-RAM prompt cache); not a slot wait."""
+    reqs = slot_soak(4, [1.0, 1.0])
+    stalled = run_of(
+        tmp_path / "a",
+        reqs,
+        users=4,
+        probe=llamacpp_probe(4),
+        collectors={"server": {"waiting_max": 0}},
+    )
+    (cause,) = [c for c in name_causes(stalled) if c.code in ("queueing", "server_stall")]
+    assert cause.code == "server_stall"
+    assert "with 4 users on 4 slots and no request deferred by the server" in cause.text
+    assert "--cache-ram 0" in cause.text
+    # deferred requests, or more users than slots, make it a slot wait again
+    deferred = run_of(
+        tmp_path / "b",
+        reqs,
+        users=4,
+        probe=llamacpp_probe(4),
+        collectors={"server": {"waiting_max": 3}},
+    )
+    assert "queueing" in by_code(name_causes(deferred))
+    # no queue figure from the server: say both
+    unknown = run_of(tmp_path / "c", reqs, users=4, probe=llamacpp_probe(4))
+    wait = by_code(name_causes(unknown))["queueing"]
+    assert "(for a free slot, or a server stall)" in wait.text
