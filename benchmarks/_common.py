@@ -130,8 +130,13 @@ http {{
 
 
 @contextlib.contextmanager
-def nginx(bodies: dict[str, bytes], cpu: int | None = 1) -> Iterator[str]:
-    """Serve each body at ``/<name>/v1/chat/completions``; yield the base URL."""
+def nginx(
+    bodies: dict[str, bytes], cpu: int | None = 1, files: dict[str, bytes] | None = None
+) -> Iterator[str]:
+    """Serve each body at ``/<name>/v1/chat/completions``; yield the base URL.
+
+    ``files`` adds static files at other paths (``"b/v1/models"``: a model list, so the
+    real ``stress run`` finds the model it names)."""
     exe = shutil.which("nginx") or "/usr/sbin/nginx"
     if not Path(exe).exists():
         raise SystemExit("nginx not found -- fix: apt-get install -y nginx")
@@ -142,6 +147,10 @@ def nginx(bodies: dict[str, bytes], cpu: int | None = 1) -> Iterator[str]:
         target = tmp / "www" / name / "v1" / "chat" / "completions"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(body)
+    for rel, data in (files or {}).items():
+        target = tmp / "www" / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
     conf = tmp / "nginx.conf"
     conf.write_text(NGINX_CONF.format(dir=tmp, port=port))
     cmd = [exe, "-p", str(tmp), "-c", str(conf), "-g", "daemon off;"]
@@ -252,13 +261,14 @@ async def drive(
     return win
 
 
-def mean_spread(values: list[float]) -> str:
-    """``mean ± sd (min-max, n)`` for a benchmark line."""
+def mean_spread(values: list[float], digits: int = 0) -> str:
+    """``mean ± sd (min-max, n)`` for a benchmark line, ``digits`` after the point."""
     if not values:
         return "n/a"
     m = statistics.fmean(values)
     sd = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{m:,.0f} ± {sd:,.0f} (min {min(values):,.0f}, max {max(values):,.0f}, n={len(values)})"
+    f = f",.{digits}f"
+    return f"{m:{f}} ± {sd:{f}} (min {min(values):{f}}, max {max(values):{f}}, n={len(values)})"
 
 
 def machine() -> str:

@@ -23,4 +23,7 @@ if [ -x "$wheels/nginx" ]; then
     chmod +x /tmp/nginxbin/nginx
     PATH=/tmp/nginxbin:$PATH taskset -c 2 $py benchmarks/throughput.py --repeats 2 \
         --warmup 1 --measure 4 --server-cpu 3 2>&1 | tee "$out/throughput.txt"
+    # the whole `stress run` against the reference loop (it pins its own clients: not taskset)
+    PATH=/tmp/nginxbin:$PATH $py benchmarks/e2e.py --streams 64 256 1024 2000 --repeat 3 \
+        --duration 12 --warmup 3 --client-cpu 2 --server-cpu 3 2>&1 | tee "$out/e2e.txt"
 fi

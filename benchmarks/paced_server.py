@@ -5,11 +5,13 @@ real inference server writes about one chunk per read, spaced by the decode step
 TTFT accuracy benchmark needs a server that knows when it sent the first token. This one
 is a bare ``asyncio.Protocol`` on uvloop (no framework: its own overhead must stay small
 and measurable) speaking just enough HTTP/1.1: keep-alive, ``Content-Length`` request
-bodies, chunked responses.
+bodies, chunked responses. A POST to ``.../chat/completions`` streams; ``GET /v1/models``
+lists one model (so the real ``stress run`` can target it); anything else is a 404.
 
 Each request's JSON body may carry ``"bench": {"id": str, "first_ms": float, "chunks": int,
-"gap_ms": float}``: headers go out at once, the first chunk ``first_ms`` after the request
-arrived, then one chunk every ``gap_ms``, then a usage chunk and ``[DONE]``. Chunk
+"gap_ms": float, "prompt_tokens": int}``: headers go out at once, the first chunk
+``first_ms`` after the request arrived, then one chunk every ``gap_ms``, then a usage chunk
+(reporting ``prompt_tokens``, default 100) and ``[DONE]``. Chunk
 instants are absolute deadlines (``loop.call_at``), so one late write does not shift the
 rest. For each request it logs, in ``time.perf_counter`` seconds (CLOCK_MONOTONIC on
 Linux, the same clock as the client process's): arrival, the intended first-chunk instant
@@ -48,13 +50,15 @@ HEAD = (
     b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
 )
 LOG: list[tuple[str, float, float, float]] = []
+MODEL = "Qwen/Qwen3-30B-A3B"
+MODELS = orjson.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
 
-def usage(n: int) -> bytes:
+def usage(n: int, prompt: int = 100) -> bytes:
     obj = {
         "object": "chat.completion.chunk",
         "choices": [],
-        "usage": {"prompt_tokens": 100, "completion_tokens": n, "total_tokens": 100 + n},
+        "usage": {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n},
     }
     return framed(b"data: " + orjson.dumps(obj) + b"\n\n")
 
@@ -88,7 +92,21 @@ class Paced(asyncio.Protocol):
                 return
             body = self.buf[end + 4 : end + 4 + length]
             self.buf = self.buf[end + 4 + length :]
-            self.start(body, t_recv)
+            method, _, rest = head.partition(" ")
+            path = rest.partition(" ")[0]
+            if method == "post" and path.endswith("/chat/completions"):
+                self.start(body, t_recv)
+            elif method == "get" and path.endswith("/v1/models"):
+                self.answer(b"200 OK", MODELS)
+            else:  # the real CLI's probes (/health, /metrics, /tokenize...): not served
+                self.answer(b"404 Not Found", b"")
+
+    def answer(self, status: bytes, body: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(
+            b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (status, len(body), body)
+        )
 
     def start(self, body: bytes, t_recv: float) -> None:
         spec: dict[str, Any] = {}
@@ -97,6 +115,7 @@ class Paced(asyncio.Protocol):
         first = t_recv + float(spec.get("first_ms", 10.0)) / 1000
         gap = float(spec.get("gap_ms", 10.0)) / 1000
         n = int(spec.get("chunks", 100))
+        prompt = int(spec.get("prompt_tokens", 100))
         rid = str(spec.get("id", ""))
         assert self.transport is not None
         self.transport.write(HEAD)
@@ -115,7 +134,7 @@ class Paced(asyncio.Protocol):
             elif i < n - 1:
                 tr.write(CHUNKS[i % len(CHUNKS)])
             else:
-                tr.write(LAST + usage(n) + DONE)
+                tr.write(LAST + usage(n, prompt) + DONE)
                 return
             state["i"] = i + 1
             self.loop.call_at(first + (i + 1) * gap + offset, send)
