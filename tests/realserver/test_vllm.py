@@ -11,9 +11,13 @@ tests (tests/test_client.py).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import orjson
 import pytest
 
-from tests.realserver.runs import Run, describe, stress_run
+from tests.realserver.runs import ROOT, Run, describe, stress_run, write_scenario
 from tests.realserver.servers import ServerProcess
 
 pytestmark = [pytest.mark.realserver, pytest.mark.timeout(2700)]
@@ -67,3 +71,36 @@ def test_run_hit_rate_from_counters_matches_per_request_cached_tokens(vllm_run: 
     assert coll["hit_rate_run"] == pytest.approx(cached / prompt, abs=0.01)
     assert vllm_run.summary["overall"]["cached_share"] == pytest.approx(cached / prompt)
     assert coll["restarts"] == 0 and coll["preemptions"] == 0
+
+
+def test_capacity_search_runs_against_vllm(
+    vllm: ServerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`stress capacity` works against vLLM as against llama.cpp and the simulator: every
+    pass is judged from vLLM's own figures and kept as a run directory. The SLO is far
+    above this CPU's speed, so both steps meet it ("the SLO held up to the most tried");
+    where a search breaks is checked on the simulator and llama.cpp (tests/search/,
+    test_capacity_llamacpp.py), where the answer is known by construction."""
+    tmp = tmp_path_factory.mktemp("vllm_capacity")
+    path = write_scenario(
+        tmp, vllm.url, name="rs_vllm_cap", users=1, rounds=2, paste=(60, 90), ceiling=1500,
+        max_tokens=16, think=("0.01s", "0.02s"),
+    )
+    path.write_text(path.read_text() + "slo: {ttft_p95: 120s}\nsearch: {min_requests: 20}\n")
+    out = tmp / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "stress", "capacity", str(path), "--out", str(out),
+         "--start", "1", "--max-users", "2", "--repeat", "1"],
+        capture_output=True, text=True, timeout=1200, cwd=ROOT, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (root,) = out.iterdir()
+    doc = orjson.loads((root / "capacity.json").read_bytes())
+    assert [(s["value"], s["status"]) for s in doc["steps"]] == [(1, "MET"), (2, "MET")], doc
+    assert doc["stop"] == "maximum" and doc["llamacpp_slots"] is None
+    assert "capacity at SLO (TTFT p95 <= 120 s): >= 2 users" in proc.stdout
+    for s in doc["steps"]:
+        (run,) = s["run_dirs"]
+        summary = orjson.loads((root / run / "summary.json").read_bytes())
+        assert summary["server"]["probe_kind"] == "vllm"
+    assert (root / "capacity.html").exists()
