@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
@@ -27,6 +28,7 @@ from stress.errors import RunDirError, ScenarioError, StressError
 from stress.secrets import REDACTOR
 
 if TYPE_CHECKING:
+    from stress.metrics_export import MetricsExporter
     from stress.scenario import LoadedScenario
 
 T = TypeVar("T")
@@ -123,8 +125,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if sc.rounds is not None:
             bound.append(f"{sc.rounds} rounds/user")
         steps = f", {len(sc.phases)} phases" if sc.phases else ""
+        load = f"{sc.users.count} users"
+        if sc.arrivals is not None:
+            load = f"sessions arriving at {sc.arrivals.rate:g}/min ({sc.arrivals.process})"
         print(
-            f"{path}: ok ({sc.name}: {sc.users.count} users, {' or '.join(bound)}{steps}, "
+            f"{path}: ok ({sc.name}: {load}, {' or '.join(bound)}{steps}, "
             f"cache {sc.conversation.cache}, target {sc.target.url})"
         )
     return 2 if failed else 0
@@ -169,6 +174,32 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """``stress export RUN --csv [FILE] | --parquet [FILE]`` (docs/export.md)."""
+    from stress.export import MissingPyarrow, pyarrow_module, rows, write_csv, write_parquet
+
+    run_dir = Path(args.run_dir)
+    parquet = args.parquet is not None
+    if parquet:
+        try:
+            pyarrow_module()  # before reading the run: the fix comes at once
+        except MissingPyarrow as e:
+            print(f"stress: {e}", file=sys.stderr)
+            return 2
+    dest = args.parquet if parquet else args.csv
+    if dest == "-" and not parquet:
+        write_csv(rows(run_dir), sys.stdout)
+        return 0
+    out = Path(dest) if dest else run_dir / ("requests.parquet" if parquet else "requests.csv")
+    if parquet:
+        n = write_parquet(rows(run_dir), out)
+    else:
+        with out.open("w", encoding="utf-8", newline="") as f:
+            n = write_csv(rows(run_dir), f)
+    print(f"{'Parquet' if parquet else 'CSV'}: {out} ({n} requests; columns: docs/export.md)")
+    return 0
+
+
 def _resolve_scenario(args: argparse.Namespace) -> None:
     """A command's scenario argument given as a bare name: the file in the current
     directory, else the bundled one (said on stderr, so a run from anywhere is clear)."""
@@ -181,6 +212,42 @@ def _resolve_scenario(args: argparse.Namespace) -> None:
     if path.parent == SCENARIOS and not Path(arg).exists():
         print(f"stress: {arg}: the bundled scenario {path}", file=sys.stderr)
     args.scenario = str(path)
+
+
+class _MetricsPortProblem(Exception):
+    """A ``--metrics-port`` that cannot be served: said in one line, exit 2."""
+
+
+def _open_metrics(args: argparse.Namespace) -> MetricsExporter | None:
+    """The live metrics endpoint (``--metrics-port``), bound before anything is sent, or
+    None without the flag; ``_MetricsPortProblem`` when the port cannot be used."""
+    if args.metrics_port is None:
+        return None
+    from stress.metrics_export import MetricsExporter, MetricsPortError
+
+    try:
+        return MetricsExporter.serve(args.metrics_host, args.metrics_port)
+    except MetricsPortError as e:
+        raise _MetricsPortProblem(str(e)) from None
+
+
+def _close_metrics(metrics: MetricsExporter | None, linger: float) -> None:
+    """Keep the final values up ``--metrics-linger`` seconds (Prometheus's last scrape
+    sees the whole run), then stop serving; Ctrl-C cuts the wait short."""
+    if metrics is None:
+        return
+    try:
+        if linger > 0:
+            print(
+                f"live metrics: final values at {metrics.url} for {linger:g}s more "
+                "(--metrics-linger); Ctrl-C ends now",
+                flush=True,
+            )
+            time.sleep(linger)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        metrics.close()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -196,9 +263,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     tty = sys.stdout.isatty() and sys.stdin.isatty()
     if not args.no_tui and tty and importlib.util.find_spec("stress.tui") is not None:
         ui = "tui"
-    outcome = run_async(
-        execute(loaded, Path(args.out), progress_interval=args.progress_interval, ui=ui)
-    )
+    try:
+        metrics = _open_metrics(args)
+    except _MetricsPortProblem as e:
+        print(f"stress run: {e}", file=sys.stderr)
+        return 2
+    try:
+        outcome = run_async(
+            execute(
+                loaded,
+                Path(args.out),
+                progress_interval=args.progress_interval,
+                ui=ui,
+                metrics=metrics,
+            )
+        )
+    finally:
+        _close_metrics(metrics, args.metrics_linger)
     if outcome.exit_reason == "crashed":
         return 1
     status = (outcome.summary.get("verdict") or {}).get("status")
@@ -246,12 +327,26 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     if not args.no_tui and tty and importlib.util.find_spec("stress.tui") is not None:
         ui = "tui"
 
+    try:
+        metrics = _open_metrics(args)
+    except _MetricsPortProblem as e:
+        print(f"stress capacity: {e}", file=sys.stderr)
+        return 2
+
     async def one_pass(step: LoadedScenario, root: Path, where: str) -> Any:
         return await execute(
-            step, root, progress_interval=args.progress_interval, ui=ui, search=where
+            step,
+            root,
+            progress_interval=args.progress_interval,
+            ui=ui,
+            search=where,
+            metrics=metrics,  # each pass is a run of its own: its series replace the last's
         )
 
-    rows, _ = run_async(run_search(loaded, out, settings, one_pass))
+    try:
+        rows, _ = run_async(run_search(loaded, out, settings, one_pass))
+    finally:
+        _close_metrics(metrics, args.metrics_linger)
     return 0 if any(r.search.met is not None for r in rows) else EXIT_VERDICT_FAIL
 
 
@@ -318,6 +413,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         help=f"exit {EXIT_VERDICT_FAIL} when the verdict is FAIL (default), WARN or FAIL "
         "(warn), or never",
     )
+    _metrics_args(p)
     _corpus_root_arg(p)
     p.set_defaults(func=cmd_run)
 
@@ -357,6 +453,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         default=None,
         help="seconds between status lines within a pass",
     )
+    _metrics_args(p)
     _corpus_root_arg(p)
     p.set_defaults(func=cmd_capacity)
 
@@ -389,11 +486,55 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("ls", help="the archive: one line per run")
     report_cli.add_ls_arguments(p)
     p.set_defaults(func=report_cli.ls_main, reads_runs=True)
+    p = sub.add_parser("export", help="a run's requests with derived figures, CSV or Parquet")
+    p.add_argument("run_dir", help="run directory")
+    fmt = p.add_mutually_exclusive_group(required=True)
+    fmt.add_argument(
+        "--csv",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="CSV (default RUN/requests.csv; - stdout)",
+    )
+    fmt.add_argument(
+        "--parquet",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="Parquet (default RUN/requests.parquet; needs pyarrow: pip install 'stress[parquet]')",
+    )
+    p.set_defaults(func=cmd_export, reads_runs=True)
 
     _optional(sub, "sim", "stress.sim.cli", "run the built-in simulated inference server", command)
     _optional(sub, "probe", "stress.probe_cli", "check a server before a long run", command)
     _optional(sub, "gpus", "stress.gpus_cli", "list GPUs and their telemetry support", command)
     return parser
+
+
+def _metrics_args(p: argparse.ArgumentParser) -> None:
+    """Live Prometheus metrics of the run (docs/live-metrics.md)."""
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve live Prometheus metrics on this port (0: a free one, printed and in "
+        "manifest.json) at /metrics; see docs/live-metrics.md",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address the metrics endpoint listens on (default 127.0.0.1; 0.0.0.0 for a "
+        "Prometheus on another machine)",
+    )
+    p.add_argument(
+        "--metrics-linger",
+        type=_duration_arg,
+        default=0.0,
+        metavar="SECONDS",
+        help="keep serving the final values this long after the run (e.g. 30s, two scrape "
+        "intervals, so Prometheus sees the end of the run; default 0)",
+    )
 
 
 def _corpus_root_arg(p: argparse.ArgumentParser) -> None:

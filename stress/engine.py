@@ -17,6 +17,7 @@ import contextlib
 import random
 import time
 from array import array
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ from stress.events import RunEvent
 from stress.live import Live
 from stress.record import RequestRecord
 from stress.recorder import Recorder
-from stress.scenario import Scenario, ThinkTime
+from stress.scenario import MAX_USERS, Arrivals, Scenario, ThinkTime
 from stress.tokens import count_tokens
 
 START_BATCH = 500
@@ -61,6 +62,21 @@ def think_seconds(rng: random.Random, spec: ThinkTime) -> float:
         value = rng.expovariate(1.0 / spec.mean) if spec.mean else 0.0
         return min(max(value, spec.min), spec.max) if spec.max > 0 else max(value, spec.min)
     return rng.uniform(spec.min, spec.max)
+
+
+def arrival_gap(rng: random.Random, spec: Arrivals) -> float:
+    """Seconds to the next arrival: exponential at ``rate`` (Poisson), or gamma with the
+    same mean and a coefficient of variation of ``burstiness`` (shape 1/burstiness^2)."""
+    mean = 60.0 / spec.rate
+    if spec.process == "gamma":
+        shape = 1.0 / spec.burstiness**2
+        return rng.gammavariate(shape, mean / shape)
+    return rng.expovariate(1.0 / mean)
+
+
+def session_rounds(seed: int, session: int, spec: Arrivals) -> int:
+    """Rounds of one session, from its own seed (the same on every run with the seed)."""
+    return random.Random(f"{seed}:{session}:rounds").randint(*spec.rounds)
 
 
 def request_id(nonce: str, user: int, rnd: int) -> str:
@@ -131,6 +147,13 @@ class Engine:
         self._histories: dict[int, History] = {}
         """Pre-built history of each user's first conversation (taken when it starts)."""
         self._t_phase = time.perf_counter()
+        # open-loop sessions (``arrivals``): user ids are sessions, allocated on arrival
+        self._backlog: deque[tuple[int, float]] = deque()
+        """Sessions waiting for a slot under ``max_concurrent``: (session, arrival perf time)."""
+        self._active = 0
+        self._arrived = 0
+        self._sessions: dict[int, tuple[float, float, int]] = {}
+        """Active sessions: arrival and admission perf times, rounds drawn."""
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -158,15 +181,25 @@ class Engine:
         deadline = None
         if sc.duration is not None:
             deadline = loop.call_later(sc.duration, self.request_stop, "duration")
-        self._show("warmup" if self._warm_rounds else "running")
+        arrivals = sc.arrivals
+        warm = self._warm_rounds or (arrivals is not None and arrivals.warmup > 0)
+        self._show("warmup" if warm else "running")
         self._t_phase = time.perf_counter()
         self._tasks = []
-        starter = self._starter = asyncio.create_task(self._start_users(), name="users-start")
+        warm_end = None
+        if arrivals is not None and arrivals.warmup > 0:
+            warm_end = loop.call_later(arrivals.warmup, self._warmup_over)
+        starter = self._starter = asyncio.create_task(
+            self._arrive() if arrivals is not None else self._start_users(), name="users-start"
+        )
         stop_wait = asyncio.ensure_future(self.stop_new.wait())
         await asyncio.wait([starter, stop_wait], return_when=asyncio.FIRST_COMPLETED)
         await asyncio.gather(starter, return_exceptions=True)  # returns at once on a stop
-        for u in range(len(self._tasks), sc.users.count):  # stopped before their turn came
-            self.live.set_state(u, "done")
+        if arrivals is None:
+            for u in range(len(self._tasks), sc.users.count):  # stopped before their turn came
+                self.live.set_state(u, "done")
+        else:
+            self._drop_backlog()
         all_done = asyncio.gather(*self._tasks, return_exceptions=True)
         waiters: list[asyncio.Future[Any]] = [all_done, stop_wait]
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -187,6 +220,8 @@ class Engine:
         stop_wait.cancel()
         if deadline is not None:
             deadline.cancel()
+        if warm_end is not None:
+            warm_end.cancel()
         if not self.exit_reason:
             self.exit_reason = "rounds" if sc.rounds is not None else "done"
         self._show("finished")
@@ -226,6 +261,109 @@ class Engine:
                 f"all {n} users started ({late:.2f}s after the last one was due)",
                 "info",
                 data={"users": n, "late_s": round(late, 3), "phase": self.phase},
+            )
+        )
+
+    # --- open-loop sessions -------------------------------------------------------------
+
+    def _warmup_over(self) -> None:
+        if not self.stop_new.is_set():
+            self._show("running")
+
+    async def _arrive(self) -> None:
+        """Sessions arrive at the scenario's rate from a seeded process until the run stops
+        starting turns; each is admitted at once, or queued first-in first-out while
+        ``max_concurrent`` sessions are active. Arrival times are the process's own (not
+        when the loop woke), so the offered load is exactly what was drawn."""
+        spec = self.sc.arrivals
+        assert spec is not None
+        rng = random.Random(f"{self.sc.seed}:arrivals")
+        self.live.open_loop = True
+        t = self._t_phase
+        while True:
+            t += arrival_gap(rng, spec)
+            if t - time.perf_counter() > START_SLACK_S:
+                if not await self._sleep_until(t):
+                    break
+            elif self._arrived % START_BATCH == START_BATCH - 1:
+                await asyncio.sleep(0)  # behind schedule: still yield to the loop
+            if self.stop_new.is_set():
+                break
+            u = self._arrived
+            self._arrived += 1
+            self.live.on_arrival(t - self.t0)
+            if self._active >= (spec.max_concurrent or MAX_USERS):
+                self._backlog.append((u, t))
+                self.live.backlog = len(self._backlog)
+            else:
+                self._admit(u, t)
+
+    def _admit(self, u: int, t_arrival: float) -> None:
+        """Start session ``u`` now (it arrived at perf time ``t_arrival``)."""
+        assert self.sc.arrivals is not None
+        now = time.perf_counter()
+        start = max(now, t_arrival)
+        self._active += 1
+        self._sessions[u] = (t_arrival, start, session_rounds(self.sc.seed, u, self.sc.arrivals))
+        self.live.start_session(u)
+        self._tasks.append(asyncio.create_task(self._user(u), name=f"session-{u}"))
+
+    def _session_ended(self, u: int, rounds_done: int, reason: str) -> None:
+        """One ``session_ended`` event per arrival (the run directory's arrival record)."""
+        t_arrival, t_start, rounds = self._sessions.pop(u, (0.0, 0.0, 0))
+        if reason != "backlog":
+            self._active -= 1
+        self.live.end_session(u, admitted=reason != "backlog")
+        self.recorder.event(
+            RunEvent(
+                self.now(),
+                "session_ended",
+                f"session {u}: {rounds_done}/{rounds} rounds ({reason})",
+                "info",
+                user=u,
+                data={
+                    "session": u,
+                    "phase": self.phase,
+                    "arrived": t_arrival - self.t0,
+                    "admitted": None if reason == "backlog" else t_start - self.t0,
+                    "wait_s": None if reason == "backlog" else t_start - t_arrival,
+                    "rounds": rounds,
+                    "rounds_done": rounds_done,
+                    "reason": reason,
+                },
+            )
+        )
+        spec = self.sc.arrivals
+        # a freed slot goes to the oldest waiting session (sessions of a stopping run
+        # stay in the backlog and are recorded as never admitted)
+        while (
+            reason != "backlog"
+            and self._backlog
+            and not self.stop_new.is_set()
+            and spec is not None
+            and self._active < (spec.max_concurrent or MAX_USERS)
+        ):
+            self._admit(*self._backlog.popleft())
+            self.live.backlog = len(self._backlog)
+
+    def _drop_backlog(self) -> None:
+        while self._backlog:
+            u, t = self._backlog.popleft()
+            self._sessions[u] = (t, t, session_rounds(self.sc.seed, u, self.sc.arrivals))  # type: ignore[arg-type]
+            self.live.backlog = len(self._backlog)
+            self._session_ended(u, 0, "backlog")
+        self.recorder.event(
+            RunEvent(
+                self.now(),
+                "arrivals_ended",
+                f"{self._arrived} sessions arrived in {time.perf_counter() - self._t_phase:.1f}s",
+                "info",
+                data={
+                    "phase": self.phase,
+                    "arrivals": self._arrived,
+                    "window_s": round(time.perf_counter() - self._t_phase, 6),
+                    "started": round(self._t_phase - self.t0, 6),
+                },
             )
         )
 
@@ -301,10 +439,14 @@ class Engine:
     # --- one user ----------------------------------------------------------------------
 
     async def _user(self, u: int) -> None:
+        done = [0]  # rounds sent (a session's record of how far it got)
+        reason = "stopped"
         try:
-            await self._user_turns(u)
+            await self._user_turns(u, done)
+            if self.sc.arrivals is not None and done[0] >= self._sessions[u][2]:
+                reason = "done"
         except asyncio.CancelledError:
-            pass
+            reason = "cancelled"
         except Exception as e:  # a bug must not take the run down: record it, stop this user
             self.recorder.event(
                 RunEvent(
@@ -315,14 +457,24 @@ class Engine:
                     user=u,
                 )
             )
+            reason = "crashed"
         finally:
-            self.live.set_state(u, "done")
+            if self.sc.arrivals is not None:
+                self._session_ended(u, done[0], reason)
+            else:
+                self.live.set_state(u, "done")
 
-    async def _user_turns(self, u: int) -> None:
+    async def _user_turns(self, u: int, done: list[int]) -> None:
         sc = self.sc
         conv_spec = sc.conversation
         rng = random.Random(f"{sc.seed}:{u}")
-        t_next = self._ramp_time(u)
+        rounds, think, warm_until = sc.rounds, sc.users.think_time, 0.0
+        if sc.arrivals is not None:  # an open-loop session: K rounds from its admission
+            _, t_next, rounds = self._sessions[u]
+            think = sc.arrivals.think_time
+            warm_until = self._t_phase + sc.arrivals.warmup
+        else:
+            t_next = self._ramp_time(u)
         if not await self._sleep_until(t_next):
             return
         conv_index = 1
@@ -333,10 +485,11 @@ class Engine:
         paste = conv_spec.turn.paste
         rnd = 0
         while not self.stop_new.is_set():
-            if sc.rounds is not None and rnd >= sc.rounds:
+            if rounds is not None and rnd >= rounds:
                 break
             rnd += 1
-            if rnd == self._warm_rounds + 1 and self._warm_rounds:
+            done[0] = rnd
+            if rnd == self._warm_rounds + 1 and self._warm_rounds and sc.arrivals is None:
                 self._past_warmup += 1
                 if self._past_warmup == sc.users.count and not self.stop_new.is_set():
                     self._show("running")
@@ -359,7 +512,7 @@ class Engine:
                 conversation=conv_index,
                 round=rnd,
                 turn=conv.turns + 1,
-                warmup=rnd <= sc.warmup.rounds or prefilled > 0,
+                warmup=rnd <= sc.warmup.rounds or prefilled > 0 or t_next < warm_until,
                 prompt_tokens_est=prompt_est,
                 reusable_tokens=conv.reusable_tokens() if conv_spec.cache != "cold" else 0,
                 conversation_tokens=conv.known_tokens() + added,
@@ -400,7 +553,9 @@ class Engine:
                 )
                 conv_index += 1
                 conv = self._new_conversation(u, conv_index)
-            t_next = time.perf_counter() + think_seconds(rng, sc.users.think_time)
+            if sc.arrivals is not None and rnd >= (rounds or 0):
+                break  # the session's last round: it leaves without thinking again
+            t_next = time.perf_counter() + think_seconds(rng, think)
             if rec.error_class == "http_429" and rec.retry_after_s:
                 t_next = max(t_next, time.perf_counter() + rec.retry_after_s)
             self.live.set_state(u, "thinking", until=t_next - self.t0)

@@ -17,6 +17,12 @@ EventKind = Literal[
     "phase_started",  # info; data {phase}
     "users_started",  # info: every user of a phase has started; data {users, late_s, phase}
     "histories_built",  # info: conversation.start_tokens histories are ready; data {users, tokens}
+    "session_ended",  # info: an open-loop session left (one per arrival: the arrival record);
+    # data {session, phase, arrived, admitted, wait_s, rounds, rounds_done, reason}; times
+    # in run-clock wall seconds, reason done | stopped | cancelled | crashed | backlog
+    # (still waiting for a slot when the run stopped: never admitted)
+    "arrivals_ended",  # info: the arrival process stopped; data {phase, arrivals, window_s,
+    # started}: the offered load is arrivals / window_s
     "preflight",  # warning: something pre-flight found about the server
     "run_crashed",  # error: an exception ended the run (the files are still completed)
     "drain_timeout",  # warning: requests still running after timeouts.drain, cancelled
@@ -45,6 +51,9 @@ EventKind = Literal[
 """The known event kinds. Collectors add their own (``gpu_*``, ``xid``...); ``kind`` stays
 a plain ``str`` so that a reader of an old run never fails on a kind it does not know."""
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
+QUIET_EVENT_KINDS = frozenset({"session_ended"})
+"""Kinds written to events.jsonl but not shown live: one per session, a record, not news
+(the live view counts sessions instead)."""
 
 
 @dataclass(slots=True)

@@ -162,6 +162,14 @@ class HeadlessPrinter:
             *self.failures(),
             f"requests {s.rounds_done} (ok {o['ok']}, err {o['error']}, empty {o['empty']}, "
             f"reasoning-only {o['reasoning_only']}, truncated {o['truncated']})",
+            *(
+                [
+                    f"sessions {s.sessions_active} active, {s.backlog} waiting, {s.arrivals} "
+                    f"arrived ({s.arrivals_per_min_recent or 0:.1f}/min), {s.sessions_done} left"
+                ]
+                if s.open_loop
+                else []
+            ),
             f"in flight {s.in_flight}",
             f"TTFT p50 {ttft}",
             f"out {s.out_tok_s_recent:.0f} tok/s",

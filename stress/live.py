@@ -30,7 +30,7 @@ import numpy as np
 
 from stress.analysis import figures
 from stress.analysis.runfiles import rescale_sample, sim_rate, sim_seconds
-from stress.events import RunEvent
+from stress.events import QUIET_EVENT_KINDS, RunEvent
 from stress.record import OUTCOMES, RequestRecord
 
 UserState = str
@@ -202,6 +202,17 @@ class Snapshot:
     decode_p50_run: float | None = None
     """The headline decode p50 so far (``figures.decode_p50``)."""
     decode_n: int = 0
+    open_loop: bool = False
+    """Open-loop sessions (``arrivals``): ``users`` holds the active sessions only."""
+    arrivals: int = 0
+    """Sessions arrived so far (every phase)."""
+    arrivals_per_min_recent: float | None = None
+    """Arrivals per minute over the last minute (simulated minutes in a scaled run)."""
+    sessions_active: int = 0
+    sessions_done: int = 0
+    """Sessions that left after being admitted (finished their rounds or were stopped)."""
+    backlog: int = 0
+    """Arrived sessions waiting for a slot (``arrivals.max_concurrent``)."""
 
     @property
     def clock_label(self) -> str:
@@ -215,7 +226,14 @@ class Live:
     HISTORY = 120
 
     def __init__(self, n_users: int, time_scale: float = 1.0) -> None:
-        self._users = [_UserState(user=u) for u in range(n_users)]
+        self._users: dict[int, _UserState] = {u: _UserState(user=u) for u in range(n_users)}
+        """Closed loop: every user. Open loop: the active sessions only (a finished one
+        drops out, so an hour of arrivals keeps only its live sessions here)."""
+        self.open_loop = False
+        self.arrivals = 0
+        self.sessions_done = 0
+        self.backlog = 0
+        self._arrival_times: deque[float] = deque(maxlen=4096)
         self.time_scale = time_scale
         """Simulated seconds per wall second (``Target.time_scale``; 1: not scaled)."""
         self.phase = "starting"
@@ -237,14 +255,34 @@ class Live:
         self.events: deque[RunEvent] = deque(maxlen=200)
         self.collectors: dict[str, Any] = {}
 
+    def _user(self, user: int) -> _UserState:
+        u = self._users.get(user)
+        if u is None:
+            u = self._users[user] = _UserState(user=user)
+        return u
+
     def set_state(self, user: int, state: UserState, until: float | None = None) -> None:
         """``until``: for ``thinking``, the run time the next turn is due (shown as time left)."""
-        u = self._users[user]
+        u = self._user(user)
         u.state = state
         u.think_until = until
 
+    def on_arrival(self, t: float) -> None:
+        """A session arrived at run time ``t`` (wall seconds)."""
+        self.arrivals += 1
+        self._arrival_times.append(t)
+
+    def start_session(self, user: int) -> None:
+        self._user(user)
+
+    def end_session(self, user: int, admitted: bool = True) -> None:
+        """A session left (or, ``admitted`` False, never got a slot): its row drops out."""
+        self._users.pop(user, None)
+        if admitted:
+            self.sessions_done += 1
+
     def on_send(self, rec: RequestRecord) -> None:
-        u = self._users[rec.user]
+        u = self._user(rec.user)
         u.round, u.conversation = rec.round, rec.conversation
         u.conversation_tokens = rec.conversation_tokens
         u.in_flight = rec
@@ -254,7 +292,7 @@ class Live:
 
     def on_record(self, rec: RequestRecord, t_end: float) -> None:
         self.in_flight -= 1
-        u = self._users[rec.user]
+        u = self._user(rec.user)
         u.in_flight = None
         u.last_request_id = rec.request_id
         self.outcomes[rec.outcome] += 1
@@ -316,6 +354,8 @@ class Live:
             self._buckets.append((bucket, rec.completion_tokens))
 
     def on_event(self, ev: RunEvent) -> None:
+        if ev.kind in QUIET_EVENT_KINDS:
+            return
         if self.time_scale != 1.0:  # a copy: the recorder writes the event as it came
             ev = replace(ev, t=sim_seconds(ev.t, self.time_scale))
         self.events.append(ev)
@@ -329,7 +369,11 @@ class Live:
         span = min(self.WINDOW_S, t) or 1.0
         prompt = sum(d[2] for d in done)
         cached = sum(d[3] for d in done)
-        rows = tuple(u.row(t, scale) for u in self._users)
+        rows = tuple(u.row(t, scale) for u in self._users.values())
+        arrival_rate = None
+        if self.open_loop:
+            recent = sum(1 for a in self._arrival_times if a >= cutoff)
+            arrival_rate = sim_rate(60.0 * recent / span, scale)
         history: list[float] = []
         if self._buckets:
             first, last = self._buckets[0][0], int(t // self.BUCKET_S)
@@ -366,4 +410,10 @@ class Live:
             ttft_n=len(self._slo_ttft),
             decode_p50_run=figures.percentile(self._slo_decode, 50),
             decode_n=len(self._slo_decode),
+            open_loop=self.open_loop,
+            arrivals=self.arrivals,
+            arrivals_per_min_recent=arrival_rate,
+            sessions_active=len(self._users) if self.open_loop else 0,
+            sessions_done=self.sessions_done,
+            backlog=self.backlog,
         )

@@ -33,10 +33,11 @@ from stress.collectors.base import Collector, RunClock
 from stress.corpus import Corpus
 from stress.engine import Engine, RunCounters
 from stress.errors import RecordingError, RunDirError
-from stress.events import RunEvent
+from stress.events import QUIET_EVENT_KINDS, RunEvent
 from stress.hangs import GatedSink, HangGate
 from stress.headless import HeadlessPrinter, UiSink
 from stress.live import Live
+from stress.metrics_export import MetricsExporter, RunInfo
 from stress.preflight import preflight
 from stress.probe import check_users
 from stress.recorder import Recorder, new_run_dir, write_json
@@ -75,7 +76,7 @@ def _collectors(
 ) -> list[Collector]:
     """The collectors this scenario asks for: the client's own health, server metrics, GPUs."""
     from stress.collectors.client import ClientHealthCollector
-    from stress.collectors.gpu import GpuCollector
+    from stress.collectors.gpu import Backend, GpuCollector
     from stress.collectors.server import ServerCollector
 
     tele = loaded.scenario.telemetry
@@ -95,7 +96,15 @@ def _collectors(
         )
     if tele.gpus != "off":
         selection = None if tele.gpus == "auto" else list(tele.gpus)
-        out.append(GpuCollector(recorder, clock, tele.interval, selection=selection))
+        backends: list[Backend] | None = None  # real cards: NVML, hwmon
+        if target.sim is not None:  # the simulator's simulated cards only, never real ones
+            from stress.collectors.gpu.simulated import SimGpuBackend
+
+            backends = [SimGpuBackend(target.url)]
+        gpu = GpuCollector(
+            recorder, clock, tele.interval, selection, backends, time_scale=target.time_scale
+        )
+        out.append(gpu)
     return out
 
 
@@ -106,16 +115,20 @@ async def execute(
     progress_interval: float | None = None,
     ui: Literal["headless", "tui"] = "headless",
     search: str | None = None,
+    metrics: MetricsExporter | None = None,
 ) -> RunOutcome:
     """Run the scenario once into a new run directory under ``out_dir``; ``search`` is
-    where a capacity search stands (the live view's header shows it)."""
+    where a capacity search stands (the live view's header shows it); ``metrics``, when
+    given, serves the run's live Prometheus metrics (``stress.metrics_export``)."""
     sc = loaded.scenario
-    users = sc.users.count
+    users = sc.peak_users  # open loop: the session cap, else a bound from the rate
     limit = max(users, sc.connection.limit or 0) + 4
     session = make_session(limit, sc.timeouts.connect, force_close=not sc.connection.reuse)
     try:
         async with open_target(loaded, session) as target:
-            return await _run(loaded, out_dir, session, target, progress_interval, ui, search)
+            return await _run(
+                loaded, out_dir, session, target, progress_interval, ui, search, metrics
+            )
     finally:
         await session.close()
 
@@ -128,6 +141,7 @@ async def _run(
     progress_interval: float | None,
     ui: Literal["headless", "tui"],
     search: str | None = None,
+    metrics: MetricsExporter | None = None,
 ) -> RunOutcome:
     original = loaded.scenario
     # what the engine runs, step by step, in wall seconds
@@ -156,7 +170,7 @@ async def _run(
     probe_result, probe_warnings = await preflight(
         session, target.url, target.headers, sc.conversation.ceiling_tokens, sc.request.max_tokens
     )
-    probe_warnings += check_users(probe_result, max(step.users.count for _, step in plan))
+    probe_warnings += check_users(probe_result, max(step.peak_users for _, step in plan))
     server_kind = sc.target.server
     if server_kind == "auto" and probe_result.kind in ("vllm", "sglang", "llamacpp"):
         server_kind = probe_result.kind
@@ -167,7 +181,10 @@ async def _run(
             f"cannot create a run directory in {out_dir}: {e.strerror or e} -- fix: pass --out "
             "with a writable folder"
         ) from None
-    live = Live(max(step.users.count for _, step in plan), time_scale=target.time_scale)
+    live = Live(
+        0 if sc.arrivals else max(step.users.count for _, step in plan),
+        time_scale=target.time_scale,
+    )
     clock = RunClock.start()
     engine_ref: list[Engine] = []
     printer: UiSink
@@ -179,7 +196,8 @@ async def _run(
             "target": "sim (built-in simulator)" if target.sim else safe_url(target.url),
             "model": target.model,
             "server": server_kind,
-            "users": sc.users.count,
+            "users": sc.peak_users,
+            "load": _load_text(original),
             "duration_s": sc.duration,
             "rounds": sc.rounds,
             "cache": sc.conversation.cache,
@@ -201,10 +219,15 @@ async def _run(
         )
 
     def on_event(ev: RunEvent) -> None:
+        if ev.kind in QUIET_EVENT_KINDS:  # one per session: in events.jsonl, not shown
+            return
         live.on_event(ev)
         printer.on_event(ev)
 
-    recorder = Recorder(run_dir, on_event=on_event, clock=clock.now)
+    if metrics is None:
+        recorder = Recorder(run_dir, on_event=on_event, clock=clock.now)
+    else:  # each accepted request record also feeds the live metrics
+        recorder = metrics.recorder(run_dir, on_event=on_event, clock=clock.now)
     nonce = uuid.uuid4().hex[:10]
     manifest: dict[str, Any] = {
         "run_id": run_dir.name,
@@ -221,6 +244,7 @@ async def _run(
         "target_url": "sim (built-in simulator)" if target.sim else safe_url(target.url),
         "model": target.model,
         "models": target.models,
+        **({"simulated_gpus": target.sim.config.gpus} if target.sim is not None else {}),
         "tokenizer": tokenizer.name,
         "token_budget": calibration,
         "paste_scale": paste_scale,
@@ -232,6 +256,7 @@ async def _run(
         "end_time": None,
         "exit_reason": None,
         "command": [os.path.basename(sys.argv[0]), *sys.argv[1:]],
+        **({"metrics_url": metrics.url} if metrics is not None else {}),
     }
     try:
         write_json(run_dir / "manifest.json", manifest)
@@ -247,7 +272,7 @@ async def _run(
         TimeoutPolicy(
             sc.timeouts.connect, sc.timeouts.first_token, sc.timeouts.stall, sc.timeouts.total
         ),
-        fresh_session=lambda: make_session(sc.users.count + 4, sc.timeouts.connect, True),
+        fresh_session=lambda: make_session(sc.peak_users + 4, sc.timeouts.connect, True),
         clock_t0=clock.t0_ns / 1e9,
     )
     counters = RunCounters()
@@ -312,14 +337,29 @@ async def _run(
             loop.add_signal_handler(sig, on_sigint)
     printer.line(
         f"stress {stress.__version__}: {sc.name} -> {manifest['target_url']} model "
-        f"{target.model}, {sc.users.count} users, cache {sc.conversation.cache}; "
+        f"{target.model}, {_load_text(original)}, cache {sc.conversation.cache}; "
         f"writing {run_dir}"
     )
+    if metrics is not None:
+        metrics.start_run(
+            RunInfo(
+                sc.name,
+                run_dir.name,
+                target.model,
+                "sim" if target.sim else server_kind,
+                max(step.peak_users for _, step in plan),
+                target.time_scale,
+                in_flight=lambda: live.in_flight,
+                client_health=lambda: live.collectors.get("client"),
+                elapsed=clock.now,
+            )
+        )
+        printer.line(f"live metrics: {metrics.url} (Prometheus; docs/live-metrics.md)")
     recorder.event(
         RunEvent(
             clock.now(),
             "run_started",
-            f"{sc.name}: {sc.users.count} users",
+            f"{sc.name}: {_load_text(original)}",
             "info",
             data={"run_nonce": nonce},
         )
@@ -361,6 +401,8 @@ async def _run(
         await asyncio.gather(*background, return_exceptions=True)
         await client.close()
         recorder.close()  # never raises: a failed write is in recorder.error
+        if metrics is not None:
+            metrics.end_run()
         if recorder.error is not None:
             exit_reason = "recorder_failed"
         manifest["end_time"] = time.time()
@@ -382,6 +424,15 @@ async def _run(
         print(REDACTOR.text(f"\n{render_summary(summary)}\n\nrun directory: {run_dir}"), flush=True)
         _write_report(run_dir, analysis[0])
     return RunOutcome(run_dir, summary, exit_reason)
+
+
+def _load_text(sc: Scenario) -> str:
+    """``16 users`` (closed loop) or ``sessions arriving at 30/min (poisson)`` (open loop)."""
+    a = sc.arrivals
+    if a is None:
+        return f"{sc.users.count} users"
+    cap = f", at most {a.max_concurrent} at once" if a.max_concurrent else ""
+    return f"sessions arriving at {a.rate:g}/min ({a.process}){cap}"
 
 
 def _guarded(printer: UiSink, what: str, write: Callable[[], object]) -> bool:

@@ -155,6 +155,66 @@ class Users(_Model):
     """Pause between a reply and the user's next turn."""
 
 
+MAX_ARRIVAL_RATE = 1_000_000.0
+"""Sessions per minute (wall or simulated): far above what one process can serve."""
+
+
+class Arrivals(_Model):
+    """Open-loop sessions: they arrive at a rate, each talks for a few rounds, then leaves."""
+
+    rate: Float = Field(gt=0, le=MAX_ARRIVAL_RATE)
+    """Mean arrivals, in sessions per minute (the offered load)."""
+    process: Literal["poisson", "gamma"] = "poisson"
+    """``poisson``: exponential gaps between arrivals (independent arrivals);
+    ``gamma``: gamma-distributed gaps with the same mean and a coefficient of variation of
+    ``burstiness`` (above 1: bursts and lulls, below 1: more regular than Poisson)."""
+    burstiness: Float = Field(default=1.0, gt=0, le=10)
+    """``gamma`` only: the coefficient of variation of the gaps (shape 1/burstiness^2);
+    1 is Poisson."""
+    rounds: StartTokens = (3, 3)
+    """Rounds of each session: a number or ``[min, max]``, drawn uniformly per session."""
+    think_time: ThinkTime = ThinkTime()
+    """Pause between a reply and the session's next turn."""
+    max_concurrent: Int | None = Field(default=None, ge=1, le=MAX_USERS)
+    """Most sessions active at once; later arrivals wait in a first-in, first-out backlog
+    (the wait is recorded). Unset: no cap (up to the process limit of users)."""
+    warmup: Duration = 0.0
+    """Requests sent in the first seconds of the run are warm-up (recorded, kept out of
+    the headline figures), while the server fills from empty to its steady load."""
+
+    @field_validator("rounds")
+    @classmethod
+    def _rounds(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if v[0] < 1 or v[1] < v[0] or v[1] > MAX_ROUNDS:
+            raise ValueError(
+                f"rounds is a number or [min, max] with 1 <= min <= max <= {MAX_ROUNDS:,} -- "
+                "fix: e.g. 4 or [2, 8]"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _gamma_only(self) -> Arrivals:
+        if self.burstiness != 1.0 and self.process != "gamma":
+            raise _FieldError(
+                ("burstiness",),
+                "burstiness applies to gamma arrivals only -- fix: add process: gamma, or "
+                "remove burstiness",
+            )
+        return self
+
+    def peak_sessions(self) -> int:
+        """The cap, else a bound on the sessions active at once for the connection pool and
+        the pre-flight check: arrivals in a mean session's length (Little's law) with
+        room for bursts, assuming 30 s per reply."""
+        if self.max_concurrent is not None:
+            return self.max_concurrent
+        t = self.think_time
+        think = t.mean if t.mean is not None else (t.min + t.max) / 2
+        rounds = (self.rounds[0] + self.rounds[1]) / 2
+        length_s = rounds * 30.0 + max(0.0, rounds - 1) * think
+        return max(1, min(MAX_USERS, math.ceil(2 * self.rate / 60 * length_s) + 8))
+
+
 class Target(_Model):
     """The server under test (or the built-in simulator)."""
 
@@ -571,6 +631,9 @@ class Scenario(_Model):
     """The server under test."""
     users: Users = Users()
     """How many users, how they start and how long they pause."""
+    arrivals: Arrivals | None = None
+    """Open-loop sessions arriving at a rate instead of ``users`` (a closed loop of N
+    users); the two are exclusive."""
     duration: PositiveDuration | None = None
     """How long the run starts new turns; with ``rounds`` too, whichever ends first."""
     rounds: Int | None = Field(default=None, ge=1, le=MAX_ROUNDS)
@@ -598,8 +661,45 @@ class Scenario(_Model):
     seed: Int = Field(default=0, ge=0, le=2**63 - 1)
     """Seed of every random draw (pastes, questions, think times), for repeatable runs."""
 
+    @property
+    def peak_users(self) -> int:
+        """Users (closed loop) or the most sessions expected at once (open loop)."""
+        return self.arrivals.peak_sessions() if self.arrivals else self.users.count
+
     @model_validator(mode="after")
     def _bounded(self) -> Scenario:
+        if self.arrivals is not None:
+            if self.users != Users():
+                raise _FieldError(
+                    ("users",),
+                    "`users` (a closed loop of N users) and `arrivals` (open-loop sessions) "
+                    "exclude each other -- fix: remove one of them",
+                )
+            if self.phases:
+                raise _FieldError(
+                    ("phases",),
+                    "phases are not supported with `arrivals` -- fix: remove phases, or run "
+                    "one scenario per rate",
+                )
+            if self.duration is None:
+                raise _FieldError(
+                    ("arrivals",),
+                    "open-loop sessions need `duration` (how long sessions arrive) -- fix: add "
+                    "`duration: 30m`",
+                )
+            start = self.conversation.start_tokens
+            if start is not None and start[1] > 0:
+                raise _FieldError(
+                    ("conversation", "start_tokens"),
+                    "start_tokens is not supported with `arrivals` (sessions open empty) -- "
+                    "fix: remove it",
+                )
+            if self.rounds is not None:
+                raise _FieldError(
+                    ("rounds",),
+                    "with `arrivals`, the rounds of a session are `arrivals.rounds` -- fix: "
+                    "move `rounds` under arrivals",
+                )
         if self.phases:
             for i, ph in enumerate(self.phases):
                 if (
@@ -1068,6 +1168,8 @@ def with_overrides(
         data["conversation"]["start_tokens"] = start_tokens
     if users is not None:
         data["users"]["count"] = users
+    elif data.get("arrivals") is not None:
+        data.pop("users")  # the default: arrivals exclude users
     if duration is not None:
         data["duration"] = duration
     if rounds is not None:
@@ -1076,6 +1178,7 @@ def with_overrides(
         data["target"]["url"] = target
     options = {
         ("users", "count"): "--users",
+        ("users",): "--users",
         ("duration",): "--duration",
         ("rounds",): "--rounds",
         ("target", "url"): "--target",
@@ -1114,6 +1217,13 @@ def time_scaled(scenario: Scenario, scale: float) -> Scenario:
     for key in data["timeouts"]:
         data["timeouts"][key] /= scale
     data["telemetry"]["hang_after"] /= scale
+    arrivals = data.get("arrivals")
+    if arrivals is not None:
+        arrivals["rate"] *= scale  # per wall minute
+        arrivals["warmup"] /= scale
+        for key in ("min", "max", "mean"):
+            if arrivals["think_time"][key] is not None:
+                arrivals["think_time"][key] /= scale
     try:
         return Scenario.model_validate(data)
     except ValidationError as e:  # e.g. a time scale that turns a timeout into 0

@@ -235,6 +235,8 @@ def build_summary(run_dir: Path, analysis: Analysis | None = None) -> dict[str, 
     summary["verdict"] = analysis.verdict.as_dict()
     summary["capacity"] = analysis.capacity.as_dict()
     summary["token_timing"] = analysis.tokens.as_dict()
+    if analysis.load is not None:
+        summary["arrivals"] = analysis.load.as_dict() | {"sentence": analysis.load.sentence}
     try:
         write_json(run_dir / "summary.json", summary)
     except OSError as e:
@@ -299,6 +301,9 @@ def render_summary(summary: dict[str, Any]) -> str:
         f"warm-up {summary['warmup_requests']} (excluded below)",
         "  " + "  ".join(f"{k} {v}" for k, v in o["outcomes"].items()),
     ]
+    arrivals = summary.get("arrivals")
+    if arrivals:
+        lines.append(f"load: {arrivals['sentence']}")
     if o["error_classes"]:
         lines.append("errors: " + ", ".join(f"{k} {v}" for k, v in o["error_classes"].items()))
     st = summary.get("stalls") or {}

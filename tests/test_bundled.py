@@ -27,7 +27,14 @@ from stress.errors import ScenarioError
 from stress.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ("concurrency_sweep", "context_sweep", "eight_users_1h", "find_capacity", "quickstart")
+SHIPPED = (
+    "concurrency_sweep",
+    "context_sweep",
+    "eight_users_1h",
+    "find_capacity",
+    "open_loop_chat",
+    "quickstart",
+)
 MODELINE = f"# yaml-language-server: $schema={SCHEMA_NAME}\n"
 
 MINE = """\

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from stress.analysis.arrivals import OpenLoad, open_load
 from stress.analysis.capacity import CapacityAnswer, capacity_answer
 from stress.analysis.itl import TokenTiming, token_timing
 from stress.analysis.judge import Verdict, make_verdict
@@ -25,6 +26,8 @@ class Analysis:
     capacity: CapacityAnswer
     tokens: TokenTiming
     """ITL, TPOT and goodput on TTFT + ITL (``tokens.bin``)."""
+    load: OpenLoad | None = None
+    """Offered vs achieved load of an open-loop run (``arrivals:``); None: closed loop."""
 
 
 def analyze(run_dir: Path, files: RunFiles | None = None) -> Analysis:
@@ -33,4 +36,6 @@ def analyze(run_dir: Path, files: RunFiles | None = None) -> Analysis:
     ``RunDirError`` (one line) when the run's files are damaged beyond use."""
     run = load_run(run_dir, files)
     verdict = make_verdict(run)
-    return Analysis(run, verdict, capacity_answer(run, verdict.slo), token_timing(run))
+    return Analysis(
+        run, verdict, capacity_answer(run, verdict.slo), token_timing(run), open_load(run)
+    )

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from stress.analysis import figures
+from stress.analysis.arrivals import open_load
 from stress.analysis.causes import Cause, conv_len, name_causes, working_set
 from stress.analysis.figures import Record
 from stress.analysis.judge import SloCheck, slo_checks
@@ -347,11 +348,14 @@ class CapacityAnswer:
     sentence: str = ""
     within: dict[str, str] = field(default_factory=dict)
     """Per axis ("users", "concurrency", "length"): "up to ~6" style phrase."""
+    open_loop: bool = False
+    """Sessions arrived at a rate (``arrivals:``): ``users`` is the most at once."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "sentence": self.sentence,
             "users": self.users,
+            "open_loop": self.open_loop,
             "max_conversation_tokens": self.max_conversation_tokens,
             "slo": [c.as_dict() for c in self.slo],
             "within": self.within,
@@ -411,7 +415,8 @@ def capacity_answer(run: RunData, checks: list[SloCheck] | None = None) -> Capac
     main = figures.main_requests(run.requests)
     first = [r for r in main if is_first_turn(r)]
     follow = [r for r in main if not is_first_turn(r)]
-    users = _users(run)
+    load = open_load(run) if run.scenario.get("arrivals") else None
+    users = load.max_active if load is not None else _users(run)
     top = max((conv_len(r) for r in main), default=0.0)
     pool = pool_tokens(run)
     retention, fell, peak = retention_buckets(run, pool)
@@ -437,6 +442,7 @@ def capacity_answer(run: RunData, checks: list[SloCheck] | None = None) -> Capac
         if limits.any
         else {},
         causes=name_causes(run),
+        open_loop=load is not None,
     )
     answer.figures_text = figures_text(main)
     answer.sentence = _sentence(answer)
@@ -479,7 +485,9 @@ def _per_user_peak(records: Sequence[Record]) -> float:
 
 
 def _sentence(a: CapacityAnswer) -> str:
-    if a.by_users:
+    if a.open_loop:  # sessions come and go: how many ran at once is the load
+        head = f"open-loop arrivals, up to {a.users:,} session{'' if a.users == 1 else 's'} at once"
+    elif a.by_users:
         head = f"{a.by_users[0].lo:g}-{a.by_users[-1].lo:g} users (a phase sweep)"
     else:
         head = f"{a.users:,} user{'' if a.users == 1 else 's'}"

@@ -105,6 +105,18 @@ FIGURES: tuple[FigureDef, ...] = (
         "output tokens / run duration; spread over 30 equal time windows",
     ),
     FigureDef(
+        "offered load",
+        "open-loop runs (arrivals): every arrival, admitted or not (session_ended events)",
+        "arrivals / the window sessions arrived in, per minute; offered requests/s = that "
+        "/ 60 x the mean rounds drawn; gap CV = sd / mean of the gaps between arrivals",
+    ),
+    FigureDef(
+        "achieved load",
+        "open-loop runs: sessions admitted, sessions that did all their rounds, requests",
+        "admitted / arrival window and completed / run duration, per minute; requests "
+        "sent (warm-up included) / run duration, per second",
+    ),
+    FigureDef(
         "prefix-cache hit (per request)",
         "requests whose cached_tokens and prompt_tokens are known",
         "sum of cached_tokens / sum of prompt_tokens",

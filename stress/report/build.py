@@ -22,8 +22,9 @@ from stress.report.capacity import capacity_section
 from stress.report.fingerprint import fingerprint
 from stress.report.headline import DEFINITIONS, headline_table
 from stress.report.itl import itl_section, per_user_table
+from stress.report.load import load_section
 from stress.report.model import Chart, Section, Table
-from stress.report.series import gpu_series, total_energy_j
+from stress.report.series import SIMULATED_NOTE, gpu_series, simulated_gpus, total_energy_j
 from stress.report.tables import per_phase, per_round, per_user
 
 CHART_DIR = "report-charts"
@@ -98,8 +99,11 @@ def gpu_table(run: RunData) -> Table | None:
         note += f" on the server's {len(servers)} of {len(cards)} cards"
     if jpt is not None:
         note += f"; {jpt:.3g} J per output token ({out_tokens:,} tokens)"
+    sim = simulated_gpus(run)
+    if sim:
+        note = f"{SIMULATED_NOTE} {note}"
     return Table(
-        "GPUs",
+        "GPUs (simulated)" if sim else "GPUs",
         [
             "card",
             "samples",
@@ -137,11 +141,13 @@ def make_report(run_dir: Path, charts: bool = True, analysis: Analysis | None = 
     gt = gpu_table(run)
     chart_list = charts_mod.all_charts(run) if charts else []
     capacity = capacity_section(analysis, charts_mod.seconds(run), charts=charts)
+    load = load_section(analysis.load)
     sections = [
         capacity,
+        *([load] if load is not None else []),
         itl_section(analysis.tokens),
         Section("charts", "Charts", charts=chart_list),
-        *([Section("gpus", "GPUs", tables=[gt])] if gt is not None else []),
+        *([Section("gpus", gt.title, tables=[gt])] if gt is not None else []),
         Section("tables", "Per user, per round, phases", tables=tables, folded=True),
     ]
     fp = fingerprint(run)

@@ -19,7 +19,13 @@ from stress.analysis.capacity import Limits, pool_tokens
 from stress.analysis.causes import working_set
 from stress.analysis.rundata import Record, RunData
 from stress.report.model import Chart
-from stress.report.series import energy_per_token, gpu_series, server_series
+from stress.report.series import (
+    SIMULATED_NOTE,
+    energy_per_token,
+    gpu_series,
+    server_series,
+    simulated_gpus,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -238,6 +244,8 @@ def gpu(run: RunData) -> list[Chart]:
     axes[2].set(ylabel="MHz", title="SM clock", xlabel=xlabel)
     axes[0].legend(loc="lower right", fontsize=7)
     note = "This machine's cards as measured, on the simulated clock." if simulated(run) else ""
+    if simulated_gpus(run):
+        note = SIMULATED_NOTE + (" On the simulated clock." if simulated(run) else "")
     out = [Chart("gpu-over-time", "GPU power, temperature and clocks", to_svg(fig, "gpu"), note)]
     t_e, jpt = energy_per_token(run, cards)
     if np.isfinite(jpt).any():

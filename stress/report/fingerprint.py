@@ -79,6 +79,12 @@ def fingerprint(run: RunData) -> dict[str, str]:
     if m.get("time_scale") not in (None, 1, 1.0):
         out["sim.time_scale"] = str(m["time_scale"])
     for i, c in enumerate(run.gpu_cards):
+        if c.get("simulated") is True:
+            out[f"gpu[{i}]"] = (
+                f"{card_label(c.get('name'), c.get('bus_id'))} simulated by the built-in "
+                f"simulator, power limit {c.get('power_limit_w')} W"
+            )
+            continue
         pcie = c.get("pcie") or {}
         out[f"gpu[{i}]"] = (
             f"{card_label(c.get('name'), c.get('bus_id'))} bus {c.get('bus_id')} "

@@ -87,6 +87,20 @@ def _nan(v: object) -> float:
     return float(v) if isinstance(v, int | float) else float("nan")
 
 
+SIMULATED_NOTE = (
+    "Simulated GPUs of the built-in simulator (no real card was read): their power follows "
+    "the simulated load."
+)
+
+
+def simulated_gpus(run: RunData) -> bool:
+    """The run's GPUs are the built-in simulator's simulated cards (never mixed with real
+    ones: a run against the simulator reads only those)."""
+    if run.collector("gpu").get("simulated") is True:
+        return True
+    return any(c.get("simulated") is True for c in run.gpu_cards)
+
+
 def gpu_series(run: RunData) -> list[CardSeries]:
     """Each card's readings over time, on the run's one clock (simulated seconds for a
     time-scaled simulator run, like the requests: ``load_run`` rescales the samples)."""

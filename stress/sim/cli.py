@@ -32,6 +32,7 @@ _FLAGS: dict[str, str] = {
     "model": "model",
     "max_model_len": "max_model_len",
     "ground_truth": "ground_truth_path",
+    "gpus": "gpus",
 }
 
 
@@ -54,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--reasoning-tokens", type=int, help="thinking tokens before the answer")
     parser.add_argument("--seed", type=int, help="seed for replies and faults")
+    parser.add_argument(
+        "--gpus", type=int, help="simulated GPUs served at /sim/gpus (default 0: none)"
+    )
     parser.add_argument("--model", help="model id to serve (default sim-llm)")
     parser.add_argument(
         "--ground-truth", metavar="FILE", help="append per-request server-side truth (JSONL)"

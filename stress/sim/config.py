@@ -147,6 +147,15 @@ class SimConfig(BaseModel):
     faults: list[FaultRule] = Field(
         default_factory=list, description="Faults to inject (none by default)."
     )
+    # Simulated GPUs
+    gpus: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="Simulated GPUs (named 'Simulated H100 (sim)'), served at /sim/gpus: "
+        "their power, temperature, clocks and energy follow the simulated load. A run "
+        "against the simulator reads only these, never a real card. 0 = no GPU telemetry.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> SimConfig:

@@ -26,6 +26,7 @@ from stress.sim import dialects
 from stress.sim.config import FaultRule, SimConfig
 from stress.sim.faults import MID_STREAM, FaultPlan
 from stress.sim.filler import make_reply
+from stress.sim.gpus import SimGpus
 from stress.sim.groundtruth import GroundTruth, GroundTruthRecord
 from stress.sim.prompt import PromptTokenizer
 from stress.sim.scheduler import DONE, END, Engine, Seq
@@ -54,6 +55,7 @@ class RunningSim:
         self.engine = Engine(config)
         self.ground_truth = GroundTruth(config.ground_truth_path)
         self.faults = FaultPlan(config.faults, config.seed)
+        self.gpus = SimGpus(config.gpus, config.seed)
         self.restarts = 0
         self._prompter = PromptTokenizer()
         self._requests = 0
@@ -78,6 +80,7 @@ class RunningSim:
         r.add_get("/health", self._health)
         r.add_get("/v1/health", self._health)
         r.add_get("/metrics", self._metrics)
+        r.add_get("/sim/gpus", self._gpus)  # simulated cards (stress.sim.gpus); [] when none
         if self.config.dialect == "vllm":
             r.add_get("/version", self._version)
         elif self.config.dialect == "sglang":
@@ -194,6 +197,9 @@ class RunningSim:
             body = dialects.error_body(self.config, 503, "no slot available", "unavailable_error")
             return _json(body, status=503)
         return _json(dialects.slots_body(self.config, self.engine))
+
+    async def _gpus(self, request: web.Request) -> web.Response:
+        return _json(self.gpus.reading(self.engine))
 
     async def _metrics(self, request: web.Request) -> web.Response:
         text = dialects.metrics_text(self.config, self.engine, self._start_unix)

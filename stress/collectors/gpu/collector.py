@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,14 +73,14 @@ def open_backends(backends: list[Backend], sysfs_root: Path | str, events: bool)
             except Exception as exc:
                 out.notes.append(f"{b.name}: no hardware events: {exc}")
     for c in out.cards:
-        if c.bus_id:
+        if c.bus_id and not c.simulated:  # a simulated card has no PCIe function
             reader = AerReader(sysfs_root, c.bus_id)
             if reader.available():
                 out.aer[c.key] = reader
                 c.supported.append("aer")
             else:
                 c.unsupported.append("aer")
-    if out.cards and not out.aer:
+    if out.cards and not out.aer and not all(c.simulated for c in out.cards):
         out.notes.append("PCIe AER counters not readable (AER off, or no sysfs for the cards)")
     return out
 
@@ -100,8 +101,13 @@ class GpuCollector(Collector):
         cuda_device_order: str | None = None,
         sysfs_root: Path | str = "/",
         idle_grace_s: float = 10.0,
+        time_scale: float = 1.0,
     ) -> None:
         super().__init__(sink, clock, interval_s)
+        self.time_scale = time_scale
+        """Simulated seconds per wall second: a time-scaled simulator run's simulated cards
+        are folded (energy, time at the limit, idle time) on the simulated clock, the one
+        its report uses; the ``t`` of each record stays the run clock's, as for requests."""
         self.selection_spec = selection
         self.cuda_device_order = cuda_device_order
         self.sysfs_root = sysfs_root
@@ -260,7 +266,8 @@ class GpuCollector(Collector):
         cards = self._opened.cards
         self._selection = resolve_selection(self.selection_spec, cards, self.cuda_device_order)
         for c in cards:
-            self._stats[c.key] = CardStats(c.key, max_gap_s=max(3.0, 3 * self.interval_s))
+            gap = max(3.0, 3 * self.interval_s) * self.time_scale
+            self._stats[c.key] = CardStats(c.key, max_gap_s=gap)
         sel = self._selection
         if sel is not None:
             for note in sel.notes:
@@ -300,7 +307,10 @@ class GpuCollector(Collector):
             st = self._stats.get(s.key)
             if st is None:
                 continue
-            weights[s.key] = st.add(s)
+            scaled = (
+                s if self.time_scale == 1.0 else dataclasses.replace(s, t=s.t * self.time_scale)
+            )
+            weights[s.key] = st.add(scaled)
             self._latest[s.key] = s
             self._check_counters(s, st)
             record_cards.append(self._record(s, st))
@@ -460,6 +470,7 @@ class GpuCollector(Collector):
                     "name": c.name,
                     "bus_id": c.bus_id,
                     "server": c.key in server,
+                    "simulated": c.simulated,
                     "util": None if s is None else s.util_gpu,
                     "power_w": None if s is None else s.power_w,
                     "power_limit_w": None if s is None else s.power_limit_w,
@@ -489,6 +500,8 @@ class GpuCollector(Collector):
                 "bus_id": c.bus_id,
                 "server": c.key in server,
             }
+            if c.simulated:
+                d["simulated"] = True
             d.update(st.as_dict())
             d["unsupported"] = self._unsupported.get(c.key, [])
             cards.append(d)
@@ -513,6 +526,7 @@ class GpuCollector(Collector):
         tokens = total_generated_tokens
         return {
             "available": True,
+            "simulated": any(c.simulated for c in self._opened.cards),
             "cards": cards,
             "server_cards": server,
             "energy_j": round(energy, 3),

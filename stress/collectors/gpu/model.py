@@ -50,6 +50,8 @@ class CardInfo:
     unsupported: list[str] = field(default_factory=list)
     processes: list[ProcessInfo] | None = None
     """``None`` where the card cannot list them; ``[]`` where it listed none."""
+    simulated: bool = False
+    """A card of the built-in simulator (``stress.collectors.gpu.simulated``), never real."""
 
     @property
     def key(self) -> str:
@@ -91,6 +93,7 @@ class CardInfo:
             "processes": None
             if self.processes is None
             else [{"pid": p.pid, "used_mib": p.used_mib} for p in self.processes],
+            **({"simulated": True} if self.simulated else {}),
         }
 
 

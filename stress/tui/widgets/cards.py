@@ -2,7 +2,9 @@
 
 Field note 10: on a box with two different GPUs a script read the idle one. Every card
 the collector sees gets a row keyed by its identity, and a card idle while the others work
-is flagged in red. Values the collector does not report show as ``-``.
+is flagged in red. Values the collector does not report show as ``-``. The built-in
+simulator's simulated cards are labelled so: the panel's title says "simulated", the bus
+column shows ``sim:N`` and the name keeps its "(sim)".
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ CARD_WIDTHS["flag"] = 4
 
 def short_name(name: str) -> str:
     """``NVIDIA GeForce RTX 3090`` -> ``RTX 3090``: the vendor is rarely the news."""
-    for prefix in ("NVIDIA ", "GeForce ", "Intel(R) ", "AMD "):
+    for prefix in ("NVIDIA ", "GeForce ", "Intel(R) ", "AMD ", "Simulated "):
         name = name.removeprefix(prefix)
     return name[:NAME_WIDTH]
 
@@ -64,6 +66,10 @@ class CardsTable(DataTable[str | Text]):
         self.border_title = "GPUs"
 
     def show(self, cards: list[dict[str, Any]]) -> None:
+        simulated = any(c.get("simulated") is True for c in cards)
+        title = "GPUs (simulated)" if simulated else "GPUs"
+        if self.border_title != title:
+            self.border_title = title
         seen = set()
         for i, card in enumerate(cards):
             key = card_key(card, i)

@@ -34,7 +34,8 @@ def identity_line(header: dict[str, Any]) -> Text:
     t.append(f" → {header.get('target', '-')}")
     t.append(f" · model {header.get('model', '-')}")
     t.append(f" · server {header.get('server', '-')}")
-    t.append(f" · {header.get('users', '-')} users · cache {header.get('cache', '-')}")
+    load = header.get("load") or f"{header.get('users', '-')} users"
+    t.append(f" · {load} · cache {header.get('cache', '-')}")
     return t
 
 
@@ -64,6 +65,8 @@ def progress_line(header: dict[str, Any], s: Snapshot, compact: bool = False) ->
     empty = sum(o.get(k, 0) for k in ("empty", "reasoning_only", "truncated"))
     t.append(" empty ")
     t.append(str(empty), style="yellow" if empty else "")
+    if s.open_loop:
+        t.append(f" · {sessions_text(s, compact)}")
     if compact:
         t.append(f" · TTFT {f.secs(s.ttft_p50_recent)} · {f.rate(s.out_tok_s_recent)} tok/s")
         return t
@@ -71,6 +74,18 @@ def progress_line(header: dict[str, Any], s: Snapshot, compact: bool = False) ->
     t.append(f" · TTFT p50 {f.secs(s.ttft_p50_recent)}")
     t.append(f" · out {f.rate(s.out_tok_s_recent)} tok/s")
     return t
+
+
+def sessions_text(s: Snapshot, compact: bool = False) -> str:
+    """Open-loop sessions: active, waiting for a slot, arrived (and the recent rate)."""
+    if compact:
+        return f"sess {s.sessions_active}+{s.backlog}q"
+    rate = s.arrivals_per_min_recent
+    recent = f", {rate:.1f}/min" if rate is not None else ""
+    return (
+        f"sessions {s.sessions_active} active, {s.backlog} waiting, "
+        f"{s.arrivals} arrived{recent}, {s.sessions_done} left"
+    )
 
 
 class RunHeader(Horizontal):
