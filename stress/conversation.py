@@ -152,15 +152,22 @@ class Conversation:
         reply_content: str,
         reply_reasoning: str,
         prompt_tokens: int | None,
+        user_tokens: int | None = None,
+        reply_tokens: int | None = None,
     ) -> None:
-        """Append a finished exchange to the history."""
+        """Append a finished exchange to the history. ``user_tokens`` and ``reply_tokens``
+        are counts the caller already has (the parts it built the message from; the
+        server's completion tokens), so the hot path does not tokenize the text again."""
         reply = reply_content
         if self.keep_reasoning and reply_reasoning:
             reply = f"<think>{reply_reasoning}</think>\n{reply_content}"
         self.messages.append({"role": "user", "content": user_text})
         self.messages.append({"role": "assistant", "content": reply})
-        reply_tokens = count_tokens(reply) if reply else 0
-        self.tokens_est += count_tokens(user_text) + reply_tokens + 2 * MESSAGE_OVERHEAD
+        if reply_tokens is None:
+            reply_tokens = count_tokens(reply) if reply else 0
+        if user_tokens is None:
+            user_tokens = count_tokens(user_text)
+        self.tokens_est += user_tokens + reply_tokens + 2 * MESSAGE_OVERHEAD
         self.last_prompt_tokens = prompt_tokens
         self.last_reply_tokens = reply_tokens
         self.turns += 1

@@ -145,6 +145,8 @@ class Engine:
         self._past_warmup = 0
         self._warm_rounds = scenario.warmup.rounds
         self._histories: dict[int, History] = {}
+        self._ask_tokens: dict[str, int] = {}
+        """Tokens of each question the scenario asks (its ``ask:`` list), counted once."""
         """Pre-built history of each user's first conversation (taken when it starts)."""
         self._t_phase = time.perf_counter()
         # open-loop sessions (``arrivals``): user ids are sessions, allocated on arrival
@@ -498,13 +500,22 @@ class Engine:
             if paste is not None and self.corpus is not None and pastes:
                 excerpt = self.corpus.excerpt(rng, *self._paste_budget())
             question = rng.choice(conv_spec.turn.ask)
-            added = (excerpt.tokens if excerpt else 0) + count_tokens(question) + MESSAGE_OVERHEAD
+            q_tokens = self._ask_tokens.get(question)
+            if q_tokens is None:  # each question of the scenario is counted once per run
+                q_tokens = self._ask_tokens[question] = count_tokens(question)
+            added = (excerpt.tokens if excerpt else 0) + q_tokens + MESSAGE_OVERHEAD
             if conv.turns > 0 and conv.known_tokens() + added > conv_spec.ceiling_tokens:
                 conv_index += 1
                 conv = self._new_conversation(u, conv_index)
             user_text = conv.user_message(excerpt.text if excerpt else None, question)
             messages = conv.request_messages(user_text)
-            prompt_est = conv.tokens_est + count_tokens(user_text) + MESSAGE_OVERHEAD
+            # the message's parts are counted already: paste + "\n\n" + question (the
+            # shared cache's first message carries a marker: counted whole, once)
+            if conv.cache == "shared" and len(conv.messages) == 1:
+                user_tokens = count_tokens(user_text)
+            else:
+                user_tokens = (excerpt.tokens + 1 if excerpt else 0) + q_tokens
+            prompt_est = conv.tokens_est + user_tokens + MESSAGE_OVERHEAD
             # a turn that sends pre-built history is warm-up: the server sees it all at once
             prefilled = conv.prefilled_tokens if conv.turns == 0 else 0
             rec = RequestRecord(
@@ -535,7 +546,18 @@ class Engine:
             finally:
                 self._finish(rec, token_times)
             if rec.outcome in ("ok", "reasoning_only"):
-                conv.commit_turn(user_text, reply.content, reply.reasoning, rec.prompt_tokens)
+                # the server's count of the reply, when it gave one for what is kept
+                served = rec.tokens_source == "usage" and (
+                    not reply.reasoning or conv.keep_reasoning
+                )
+                conv.commit_turn(
+                    user_text,
+                    reply.content,
+                    reply.reasoning,
+                    rec.prompt_tokens,
+                    user_tokens=user_tokens,
+                    reply_tokens=rec.completion_tokens if served else None,
+                )
             elif rec.error_class == "context_exceeded":
                 if rec.prompt_tokens is not None and rec.prompt_source != "estimate":
                     size = f"{rec.prompt_tokens:,}-token (server's count)"

@@ -384,3 +384,36 @@ async def test_phases_sweep_start_tokens_in_the_servers_tokens(tmp_path: Path) -
             firsts.setdefault(first_content(body)[:40], body)
     histories = [history_tokens(b) for b in firsts.values()]
     assert len(histories) == 2 and all(580 <= h <= 610 for h in histories)  # local tokens
+
+
+async def test_a_turn_tokenizes_its_paste_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tokenizing is the hot path's largest cost (~65 us per thousand characters; issue 15's
+    benchmark: 320 of 360 us per request). Once the run is going, a turn tokenizes the
+    excerpt it builds and nothing it already counted: not the message again for the
+    estimate, not the message and reply again for the history (the server's usage gives
+    the reply's count). The real tokenizer is wrapped, not replaced: every call still runs."""
+    tok = get_tokenizer()
+    seen: list[int] = []
+    sending = [False]
+    for name in ("count", "encode"):
+        real = getattr(tok, name)
+
+        def spy(text: str, _real: Any = real) -> Any:
+            if sending[0]:
+                seen.append(len(text))
+            return _real(text)
+
+        monkeypatch.setattr(tok, name, spy)
+
+    async def script(request: web.Request, body: dict[str, Any], n: int) -> web.StreamResponse:
+        sending[0] = True  # the corpus is loaded: count from here on
+        return await reply_script(request, body, n)
+
+    async with serve(FakeServer(script=script)) as server:
+        await execute(make(tmp_path, server.url, rounds=8, tokens="[800, 1000]"), tmp_path / "out")
+    pasted = [len(b["messages"][-1]["content"]) for b in server.requests]
+    per_turn = sum(seen) / len(server.requests)
+    # the excerpt is measured once as a whole (a few turns twice, to top it up)
+    assert per_turn <= 1.5 * (sum(pasted) / len(pasted)), (per_turn, sum(pasted) / len(pasted))
