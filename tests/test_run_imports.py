@@ -1,0 +1,72 @@
+"""Memory: `stress run` loads what the end of the run needs only when the run ends.
+
+The analysis, the summary, the report (matplotlib), the live metrics exporter and the TUI
+take memory a headless run does not need while it sends requests (issue 15: RSS at 256
+streams). Checked in a fresh interpreter, since this test process may have them loaded.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tracemalloc
+
+import orjson
+
+END_OF_RUN = (
+    "matplotlib",
+    "textual",
+    "stress.report.build",
+    "stress.report.charts",
+    "stress.analysis.analyze",
+    "stress.summary",
+    "stress.metrics_export",
+    "stress.tui",
+)
+
+
+def test_the_run_path_loads_no_end_of_run_module() -> None:
+    code = (
+        "import sys\n"
+        "from stress.cli import build_parser\n"
+        "import stress.run, stress.engine, stress.live, stress.recorder, stress.headless\n"
+        "from stress.tokens import get_tokenizer\n"
+        "build_parser(['run', 'x.yaml', '--no-tui']).parse_args(['run', 'x.yaml', '--no-tui'])\n"
+        "get_tokenizer()\n"
+        f"print(sorted(m for m in {END_OF_RUN!r} if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]", out
+
+
+def test_the_tokenizer_keeps_no_python_copy_of_its_ranks() -> None:
+    """tiktoken's Rust tables hold the ranks; the Python dict (~13 MiB) is dropped."""
+    from stress.tokens import TiktokenTokenizer, get_tokenizer
+
+    tok = get_tokenizer()
+    assert isinstance(tok, TiktokenTokenizer)
+    assert "_mergeable_ranks" not in vars(tok._enc)
+    text = "Summarise the main points of this document, naïvely: 12345 ✓"
+    assert tok.decode(tok.encode(text)) == text
+    assert tok.count("hello world") == 2
+
+
+def test_a_buffered_record_line_takes_its_own_size() -> None:
+    """orjson 3.12+ rounds its output buffer up (16 KiB for a 1 KiB record) and keeps it;
+    the recorder buffers up to a second of lines, so each is copied to its own size."""
+    from stress.recorder import _dumps_line
+
+    record = {f"field_{i}": i * 1.000001 for i in range(40)} | {"text": "x" * 300}
+    size = len(_dumps_line(record))
+    tracemalloc.start()
+    try:
+        lines = [_dumps_line(record) for _ in range(200)]
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert lines[0] == orjson.dumps(
+        record, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    )
+    assert held < 200 * (size + 256), f"{held / 200:.0f} B per {size}-byte line"
