@@ -128,6 +128,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         load = f"{sc.users.count} users"
         if sc.arrivals is not None:
             load = f"sessions arriving at {sc.arrivals.rate:g}/min ({sc.arrivals.process})"
+        if sc.replay is not None:
+            load = f"replay of {sc.replay.trace} at speed {sc.replay.speed:g}"
+            bound.append("the trace's end")
         print(
             f"{path}: ok ({sc.name}: {load}, {' or '.join(bound)}{steps}, "
             f"cache {sc.conversation.cache}, target {sc.target.url})"

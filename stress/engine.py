@@ -31,6 +31,7 @@ from stress.events import RunEvent
 from stress.live import Live
 from stress.record import RequestRecord
 from stress.recorder import Recorder
+from stress.replay import PromptBuilder, TraceRequest, implied_reuse
 from stress.scenario import MAX_USERS, Arrivals, Scenario, ThinkTime
 from stress.tokens import count_tokens
 
@@ -64,10 +65,11 @@ def think_seconds(rng: random.Random, spec: ThinkTime) -> float:
     return rng.uniform(spec.min, spec.max)
 
 
-def arrival_gap(rng: random.Random, spec: Arrivals) -> float:
-    """Seconds to the next arrival: exponential at ``rate`` (Poisson), or gamma with the
-    same mean and a coefficient of variation of ``burstiness`` (shape 1/burstiness^2)."""
-    mean = 60.0 / spec.rate
+def arrival_gap(rng: random.Random, spec: Arrivals, rate: float | None = None) -> float:
+    """Seconds to the next arrival at ``rate`` per minute (default ``spec.rate``):
+    exponential (Poisson), or gamma with the same mean and a coefficient of variation of
+    ``burstiness`` (shape 1/burstiness^2)."""
+    mean = 60.0 / (rate or spec.rate)
     if spec.process == "gamma":
         shape = 1.0 / spec.burstiness**2
         return rng.gammavariate(shape, mean / shape)
@@ -85,12 +87,17 @@ def request_id(nonce: str, user: int, rnd: int) -> str:
     return f"{nonce}-u{user}-r{rnd}"
 
 
-def build_body(scenario: Scenario, model: str, messages: list[dict[str, str]]) -> bytes:
+def build_body(
+    scenario: Scenario,
+    model: str,
+    messages: list[dict[str, str]],
+    max_tokens: int | None = None,
+) -> bytes:
     req = scenario.request
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
-        "max_tokens": req.max_tokens,
+        "max_tokens": req.max_tokens if max_tokens is None else max_tokens,
         "temperature": req.temperature,
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -122,8 +129,11 @@ class Engine:
         on_stop: Callable[[str], None] | None = None,
         phase: str = "main",
         counters: RunCounters | None = None,
+        trace: list[TraceRequest] | None = None,
     ) -> None:
         self.sc = scenario
+        self.trace = trace or []
+        """The requests of ``scenario.replay``'s trace (stress.replay)."""
         self.client = client
         self.recorder = recorder
         self.live = live
@@ -191,13 +201,18 @@ class Engine:
         warm_end = None
         if arrivals is not None and arrivals.warmup > 0:
             warm_end = loop.call_later(arrivals.warmup, self._warmup_over)
-        starter = self._starter = asyncio.create_task(
-            self._arrive() if arrivals is not None else self._start_users(), name="users-start"
-        )
+        if sc.replay is not None:
+            self._show("running")
+            start = self._replay()
+        else:
+            start = self._arrive() if arrivals is not None else self._start_users()
+        starter = self._starter = asyncio.create_task(start, name="users-start")
         stop_wait = asyncio.ensure_future(self.stop_new.wait())
         await asyncio.wait([starter, stop_wait], return_when=asyncio.FIRST_COMPLETED)
         await asyncio.gather(starter, return_exceptions=True)  # returns at once on a stop
-        if arrivals is None:
+        if sc.replay is not None:
+            pass
+        elif arrivals is None:
             for u in range(len(self._tasks), sc.users.count):  # stopped before their turn came
                 self.live.set_state(u, "done")
         else:
@@ -283,7 +298,14 @@ class Engine:
         self.live.open_loop = True
         t = self._t_phase
         while True:
-            t += arrival_gap(rng, spec)
+            # the rate in force; a gap that crosses a schedule step restarts there at the
+            # new rate (exact for Poisson, which is memoryless)
+            rate, until = spec.rate_at(t - self._t_phase)
+            gap = arrival_gap(rng, spec, rate)
+            if until is not None and t - self._t_phase + gap > until:
+                t = self._t_phase + until
+                continue
+            t += gap
             if t - time.perf_counter() > START_SLACK_S:
                 if not await self._sleep_until(t):
                     break
@@ -437,6 +459,105 @@ class Engine:
         """Perf time of user ``u``'s first turn."""
         n = self.sc.users.count
         return self._t_phase + (self.sc.users.ramp_up * u / n if n > 1 else 0.0)
+
+    # --- trace replay -------------------------------------------------------------------
+
+    async def _replay(self) -> None:
+        """Send each request of the trace at its timestamp (divided by ``replay.speed``)
+        from the start of the phase, open loop: none waits for another. A prompt is built
+        (in a worker thread) before its send time comes; one built late is sent late, and
+        the lateness is the record's ``queue_s``. Request ``i`` is user ``i``."""
+        spec = self.sc.replay
+        assert spec is not None and self.corpus is not None
+        trace = self.trace
+        salt = f"{self.sc.seed}:{self.nonce if spec.per_run else ''}"
+        block = max(1, round(spec.block_size * self.paste_scale))
+        builder = PromptBuilder(self.corpus, block, salt)
+        reuse = implied_reuse(trace, spec.block_size)
+        self.live.open_loop = True
+        t_first = trace[0].t_s if trace else 0.0
+        sent = 0
+        late_max = 0.0
+        for u, req in enumerate(trace):
+            if self.stop_new.is_set():
+                break
+            t = self._t_phase + (req.t_s - t_first) / spec.speed
+            prompt = await asyncio.to_thread(builder.prompt, req)
+            if t > time.perf_counter():  # never early: the lateness is the record's queue_s
+                if not await self._sleep_until(t):
+                    break
+            elif u % START_BATCH == START_BATCH - 1:
+                await asyncio.sleep(0)
+            if self.stop_new.is_set():
+                break
+            late_max = max(late_max, time.perf_counter() - t)
+            self.live.on_arrival(t - self.t0)
+            self.live.start_session(u)
+            warm = t < self._t_phase + spec.warmup
+            self._tasks.append(
+                asyncio.create_task(
+                    self._replay_one(u, req, prompt, t, reuse[u], warm), name=f"replay-{u}"
+                )
+            )
+            sent += 1
+        window = time.perf_counter() - self._t_phase
+        span = (trace[-1].t_s - t_first) / spec.speed if trace else 0.0
+        self.recorder.event(
+            RunEvent(
+                self.now(),
+                "replay_ended",
+                f"replayed {sent}/{len(trace)} requests of the trace in {window:.1f}s "
+                f"(trace span {span:.1f}s at speed {spec.speed:g}; latest send "
+                f"{late_max:.3f}s after its time)",
+                "info",
+                data={
+                    "phase": self.phase,
+                    "requests": len(trace),
+                    "sent": sent,
+                    "window_s": round(window, 6),
+                    "span_s": round(span, 6),
+                    "speed": spec.speed,
+                    "late_max_s": round(late_max, 6),
+                    "started": round(self._t_phase - self.t0, 6),
+                },
+            )
+        )
+
+    async def _replay_one(
+        self, u: int, req: TraceRequest, prompt: str, t_sched: float, reuse: int, warm: bool
+    ) -> None:
+        """One request of the trace: a single-turn chat, ``max_tokens`` its output_length."""
+        rec = RequestRecord(
+            user=u,
+            conversation=1,
+            round=1,
+            turn=1,
+            warmup=warm,
+            prompt_tokens_est=req.input_length,
+            reusable_tokens=reuse,
+            conversation_tokens=req.input_length,
+        )
+        rec.phase = self.phase
+        rec.request_id = request_id(self.nonce, u, 1)
+        body = build_body(
+            self.sc,
+            self.model,
+            [{"role": "user", "content": prompt}],
+            max_tokens=req.output_length,
+        )
+        self.live.on_send(rec)
+        self.recorder.request_started(rec)
+        token_times: array[float] = array("d")
+        try:
+            await self.client.chat(body, rec, t_sched, token_times)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the client broke its promise: the record still tells
+            rec.outcome, rec.error_class = "error", "client_error"
+            rec.error = f"{type(e).__name__}: {e}"[:500]
+        finally:
+            self._finish(rec, token_times)
+            self.live.end_session(u)
 
     # --- one user ----------------------------------------------------------------------
 

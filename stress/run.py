@@ -152,8 +152,14 @@ async def _run(
     corpus: Corpus | None = None
     paste_scale, calibration = 1.0, "tokenizer: local " + tokenizer.name
     paste = sc.conversation.turn.paste
-    if paste is not None:
-        corpus = await asyncio.to_thread(Corpus, loaded.resolve(paste.corpus), tokenizer)
+    corpus_name = sc.replay.corpus if sc.replay else paste.corpus if paste else None
+    trace = None
+    if sc.replay is not None:  # checked when the scenario was loaded; read again here
+        from stress.replay import load_mooncake
+
+        trace = await asyncio.to_thread(load_mooncake, loaded.resolve(sc.replay.trace))
+    if corpus_name is not None:
+        corpus = await asyncio.to_thread(Corpus, loaded.resolve(corpus_name), tokenizer)
         if sc.target.tokenizer != "tiktoken":
             # a few thousand characters of real prose (a heading alone would say 1.000)
             sample = "\n\n".join(corpus.docs[0].paragraphs)[:4000]
@@ -299,6 +305,7 @@ async def _run(
             on_stop=on_stop,
             phase=label,
             counters=counters,
+            trace=trace,
         )
         engine_ref[:] = [engine]
         return engine
@@ -435,6 +442,8 @@ async def _run(
 def _load_text(sc: Scenario) -> str:
     """``16 users`` (closed loop) or ``sessions arriving at 30/min (poisson)`` (open loop)."""
     a = sc.arrivals
+    if sc.replay is not None:
+        return f"replay of {Path(sc.replay.trace).name} at speed {sc.replay.speed:g}"
     if a is None:
         return f"{sc.users.count} users"
     cap = f", at most {a.max_concurrent} at once" if a.max_concurrent else ""

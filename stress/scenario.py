@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import math
 import os
 import re
@@ -159,6 +160,15 @@ MAX_ARRIVAL_RATE = 1_000_000.0
 """Sessions per minute (wall or simulated): far above what one process can serve."""
 
 
+class RateStep(_Model):
+    """One step of ``arrivals.schedule``."""
+
+    at: Duration
+    """When this rate starts, from the start of the run (e.g. ``10m``)."""
+    rate: Float = Field(gt=0, le=MAX_ARRIVAL_RATE)
+    """Sessions per minute from then on."""
+
+
 class Arrivals(_Model):
     """Open-loop sessions: they arrive at a rate, each talks for a few rounds, then leaves."""
 
@@ -181,6 +191,42 @@ class Arrivals(_Model):
     warmup: Duration = 0.0
     """Requests sent in the first seconds of the run are warm-up (recorded, kept out of
     the headline figures), while the server fills from empty to its steady load."""
+    schedule: list[RateStep] = Field(default_factory=list, max_length=1000)
+    """Rates that change over the run: from each step's ``at`` on, sessions arrive at its
+    ``rate`` (``rate`` above holds until the first step), e.g. a morning ramp."""
+
+    @field_validator("schedule")
+    @classmethod
+    def _ordered(cls, v: list[RateStep]) -> list[RateStep]:
+        if any(b.at <= a.at for a, b in itertools.pairwise(v)):
+            raise ValueError(
+                "schedule steps must be in order of `at`, each later than the one before -- "
+                "fix: sort them by time"
+            )
+        return v
+
+    def rate_at(self, t: float) -> tuple[float, float | None]:
+        """The rate (per minute) at ``t`` seconds into the run, and when it next changes
+        (None: never)."""
+        rate, until = self.rate, None
+        for step in self.schedule:
+            if step.at > t:
+                until = step.at
+                break
+            rate = step.rate
+        return rate, until
+
+    def mean_rate(self, window_s: float) -> float:
+        """The scheduled rate averaged over the first ``window_s`` seconds (per minute)."""
+        if window_s <= 0 or not self.schedule:
+            return self.rate
+        total, t = 0.0, 0.0
+        while t < window_s:
+            rate, until = self.rate_at(t)
+            end = window_s if until is None else min(until, window_s)
+            total += rate * (end - t)
+            t = end
+        return total / window_s
 
     @field_validator("rounds")
     @classmethod
@@ -212,7 +258,37 @@ class Arrivals(_Model):
         think = t.mean if t.mean is not None else (t.min + t.max) / 2
         rounds = (self.rounds[0] + self.rounds[1]) / 2
         length_s = rounds * 30.0 + max(0.0, rounds - 1) * think
-        return max(1, min(MAX_USERS, math.ceil(2 * self.rate / 60 * length_s) + 8))
+        top = max([self.rate, *(step.rate for step in self.schedule)])
+        return max(1, min(MAX_USERS, math.ceil(2 * top / 60 * length_s) + 8))
+
+
+REPLAY_PEAK = 256
+"""Requests of a replay that may be in flight at once (the connection pool's size)."""
+
+
+class Replay(_Model):
+    """Replay a trace: its requests at its times, with its sizes and prefix reuse."""
+
+    trace: str = Field(min_length=1)
+    """The trace, a JSON Lines file relative to the scenario file: Mooncake format, one
+    request a line with ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``."""
+    format: Literal["mooncake"] = "mooncake"
+    """The trace's format (``mooncake``: kvcache-ai/Mooncake's published traces, as AIPerf
+    replays them)."""
+    corpus: str = Field(default="bundled:en", min_length=1)
+    """Documents the prompts are built from (like ``conversation.turn.paste.corpus``)."""
+    block_size: Int = Field(default=512, ge=1, le=65_536)
+    """Prompt tokens per hash id (512 in the published traces); requests that share their
+    first k hash ids share their first k x block_size prompt tokens."""
+    speed: Float = Field(default=1.0, gt=0, le=10_000)
+    """Time scaling of the trace: 2 sends it twice as fast (the gaps between requests
+    halved), 0.5 at half speed."""
+    per_run: bool = True
+    """Build the blocks' text anew for every run (a server's cache from an earlier run
+    cannot serve this one); false: the same text on every run with the same seed."""
+    warmup: Duration = 0.0
+    """Requests sent in the first seconds of the replay are warm-up (recorded, kept out of
+    the headline figures)."""
 
 
 class Target(_Model):
@@ -634,12 +710,17 @@ class Scenario(_Model):
     arrivals: Arrivals | None = None
     """Open-loop sessions arriving at a rate instead of ``users`` (a closed loop of N
     users); the two are exclusive."""
+    replay: Replay | None = None
+    """Replay a trace's requests at its times instead of ``users`` or ``arrivals``."""
     duration: PositiveDuration | None = None
     """How long the run starts new turns; with ``rounds`` too, whichever ends first."""
     rounds: Int | None = Field(default=None, ge=1, le=MAX_ROUNDS)
     """Turns per user; with ``duration`` too, whichever ends first."""
-    conversation: ConversationSpec
-    """What the users say: system prompt, cache mode, ceiling, the turn."""
+    conversation: ConversationSpec = Field(
+        default_factory=lambda: ConversationSpec(turn=Turn(ask=["Continue."]))
+    )
+    """What the users say: system prompt, cache mode, ceiling, the turn (required, except
+    with ``replay``, whose prompts come from its trace)."""
     request: RequestSpec = RequestSpec()
     """Sampling settings of every request."""
     timeouts: Timeouts = Timeouts()
@@ -664,10 +745,31 @@ class Scenario(_Model):
     @property
     def peak_users(self) -> int:
         """Users (closed loop) or the most sessions expected at once (open loop)."""
+        if self.replay is not None:
+            return REPLAY_PEAK
         return self.arrivals.peak_sessions() if self.arrivals else self.users.count
 
     @model_validator(mode="after")
     def _bounded(self) -> Scenario:
+        if self.replay is None and "conversation" not in self.model_fields_set:
+            raise _FieldError(
+                ("conversation",),
+                "conversation is required (what the users say) -- fix: add a conversation: "
+                "section with turn: {ask: [...]}",
+            )
+        if self.replay is not None:
+            for name, clash in (
+                ("users", self.users != Users()),
+                ("arrivals", self.arrivals is not None),
+                ("phases", bool(self.phases)),
+                ("rounds", self.rounds is not None),
+            ):
+                if clash:
+                    raise _FieldError(
+                        (name,),
+                        f"`replay` sends the trace's requests; `{name}` does not apply -- fix: "
+                        f"remove {name}",
+                    )
         if self.arrivals is not None:
             if self.users != Users():
                 raise _FieldError(
@@ -741,7 +843,7 @@ class Scenario(_Model):
                     raise _FieldError(
                         ("phases", i, "start_tokens"), f"phase {ph.name!r}: {problem}"
                     )
-        elif self.duration is None and self.rounds is None:
+        elif self.duration is None and self.rounds is None and self.replay is None:
             raise ValueError(
                 "a run needs `duration` or `rounds` -- fix: add `duration: 60m` or `rounds: N` "
                 "(per user), or both"
@@ -1090,16 +1192,22 @@ def _check_files(
     file: str, located: Located, loaded: LoadedScenario, corpus_roots: Iterable[str | Path]
 ) -> list[Problem]:
     out: list[Problem] = []
-    paste = loaded.scenario.conversation.turn.paste
-    if paste is not None:
-        where = ("conversation", "turn", "paste", "corpus")
+    sc = loaded.scenario
+    corpora: list[tuple[tuple[str, ...], str]] = []
+    if sc.conversation.turn.paste is not None:
+        corpora.append(
+            (("conversation", "turn", "paste", "corpus"), sc.conversation.turn.paste.corpus)
+        )
+    if sc.replay is not None:
+        corpora.append((("replay", "corpus"), sc.replay.corpus))
+    for where, name in corpora:
         from stress.bundled import corpus_fix, corpus_problem
         from stress.corpus import allowed_roots, check_corpus, confine
 
         try:
-            if problem := corpus_problem(paste.corpus):  # bundled:NAME naming nothing
-                raise CorpusError(paste.corpus, problem, corpus_fix())
-            corpus = loaded.resolve(paste.corpus)
+            if problem := corpus_problem(name):  # bundled:NAME naming nothing
+                raise CorpusError(name, problem, corpus_fix())
+            corpus = loaded.resolve(name)
             check_corpus(confine(corpus, allowed_roots(loaded.base_dir, corpus_roots)))
         except CorpusError as e:
             out.append(Problem(file, located.line_of(where), ".".join(where), e.message, e.fix))
@@ -1109,10 +1217,30 @@ def _check_files(
                     file,
                     located.line_of(where),
                     ".".join(where),
-                    f"cannot resolve corpus path {paste.corpus!r} ({e})",
+                    f"cannot resolve corpus path {name!r} ({e})",
                     "point it at a folder of .txt/.md files (relative to the scenario file)",
                 )
             )
+    if sc.replay is not None:
+        from stress.replay import load_mooncake
+
+        trace = loaded.resolve(sc.replay.trace)
+        if not trace.is_file():
+            where = ("replay", "trace")
+            out.append(
+                Problem(
+                    file,
+                    located.line_of(where),
+                    "replay.trace",
+                    f"trace {sc.replay.trace!r} is not a file ({trace})",
+                    "point it at a JSON Lines trace (relative to the scenario file)",
+                )
+            )
+        else:
+            try:
+                load_mooncake(trace)
+            except ScenarioError as e:
+                out.extend(e.problems)
     key_file = loaded.scenario.target.api_key_file
     if key_file is not None:
         key_where = ("target", "api_key_file")
@@ -1168,8 +1296,8 @@ def with_overrides(
         data["conversation"]["start_tokens"] = start_tokens
     if users is not None:
         data["users"]["count"] = users
-    elif data.get("arrivals") is not None:
-        data.pop("users")  # the default: arrivals exclude users
+    elif data.get("arrivals") is not None or data.get("replay") is not None:
+        data.pop("users")  # the default: arrivals and replay exclude users
     if duration is not None:
         data["duration"] = duration
     if rounds is not None:
@@ -1217,10 +1345,17 @@ def time_scaled(scenario: Scenario, scale: float) -> Scenario:
     for key in data["timeouts"]:
         data["timeouts"][key] /= scale
     data["telemetry"]["hang_after"] /= scale
+    replay = data.get("replay")
+    if replay is not None:
+        replay["speed"] *= scale
+        replay["warmup"] /= scale
     arrivals = data.get("arrivals")
     if arrivals is not None:
         arrivals["rate"] *= scale  # per wall minute
         arrivals["warmup"] /= scale
+        for step in arrivals["schedule"]:
+            step["at"] /= scale
+            step["rate"] *= scale
         for key in ("min", "max", "mean"):
             if arrivals["think_time"][key] is not None:
                 arrivals["think_time"][key] /= scale

@@ -32,6 +32,7 @@ SHIPPED = (
     "context_sweep",
     "eight_users_1h",
     "find_capacity",
+    "mooncake_replay",
     "open_loop_chat",
     "quickstart",
 )

@@ -129,10 +129,12 @@ def _with(examples: dict[str, Any]) -> dict[str, Any]:
         node = data
         parts = path.split(".")
         for part in parts[:-1]:
-            if part.endswith("[]"):
-                node = node.setdefault(part[:-2], [{"name": "p"}])[0]
-            else:
-                node = node.setdefault(part, {})
+            if part.endswith("[]"):  # a list of mappings: phases need a name, others not
+                first = {"name": "p"} if part == "phases[]" else {}
+                node = node.setdefault(part[:-2], [first])[0]
+            else:  # arrivals needs its rate even when only its schedule is shown
+                seed = {"rate": schema_doc.EXAMPLES["arrivals.rate"]} if part == "arrivals" else {}
+                node = node.setdefault(part, seed)
         node[parts[-1]] = value
     return data
 

@@ -80,6 +80,17 @@ class OpenLoad:
         return text
 
 
+def _scheduled_rate(spec: dict[str, Any], window_s: float) -> float:
+    """The scenario's rate per minute, averaged over the arrival window when it follows a
+    schedule (``arrivals.schedule``; both on the scenario's own clock)."""
+    from stress.scenario import Arrivals
+
+    try:
+        return Arrivals.model_validate(spec).mean_rate(window_s)
+    except ValueError:  # a scenario this version cannot read: its plain rate
+        return float(spec.get("rate") or 0.0)
+
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -112,7 +123,7 @@ def open_load(run: RunData) -> OpenLoad | None:
     )
     return OpenLoad(
         process=str(spec.get("process") or "poisson"),
-        rate_per_min=float(spec.get("rate") or 0.0),
+        rate_per_min=_scheduled_rate(spec, window),
         burstiness=float(spec.get("burstiness") or 1.0),
         max_concurrent=spec.get("max_concurrent"),
         arrivals=n,

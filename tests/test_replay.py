@@ -1,0 +1,208 @@
+"""Trace replay (``replay:``), through the real CLI against the built-in simulator.
+
+The bundled (synthetic) Mooncake sample is replayed on a simulator whose KV pool holds the
+whole trace (nothing evicted) and whose prefill is fast enough that each request's blocks
+are cached before the next one arrives; its ground truth (what the server saw, per
+request id) is then checked against the trace: each request's cached tokens equal the
+reuse its hash ids imply, within one of the simulator's blocks; its prompt and reply sizes
+are the trace's; and it was sent at its timestamp.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from stress.bundled import bundled_corpus
+from stress.corpus import Corpus
+from stress.errors import ScenarioError
+from stress.replay import PromptBuilder, TraceRequest, implied_reuse, load_mooncake
+from stress.scenario import load_scenario, time_scaled
+from stress.tokens import get_tokenizer
+
+STRESS = [sys.executable, "-m", "stress"]
+TRACE = Path(__file__).resolve().parents[1] / "stress" / "data" / "traces" / "mooncake_sample.jsonl"
+SCALE = 4
+SPEED = 2
+SIM_BLOCK = 16
+TEMPLATE = 8
+"""Tokens the simulator's chat template adds around the one user message."""
+LEAD = 3
+"""Of those, before the message's text (shared by every request)."""
+
+SCENARIO = """\
+name: replay_test
+target:
+  url: sim
+  sim:
+    time_scale: {scale}
+    block_size: {sim_block}
+    kv_tokens: 1000000
+    max_model_len: 65536
+    prefill_tokens_per_s: 1000000
+    max_batched_tokens: 65536
+    decode_tokens_per_s: 2000
+    ground_truth_path: {gt}
+replay:
+  trace: {trace}
+  block_size: 512
+  speed: {speed}
+request: {{extra_body: {{ignore_eos: true}}}}
+telemetry: {{gpus: "off"}}
+seed: 3
+"""
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+
+
+def _write(tmp_path: Path, trace: Path = TRACE, speed: float = SPEED) -> Path:
+    p = tmp_path / "replay.yaml"
+    p.write_text(
+        SCENARIO.format(
+            scale=SCALE,
+            sim_block=SIM_BLOCK,
+            gt=tmp_path / "gt.jsonl",
+            trace=trace,
+            speed=speed,
+        )
+    )
+    return p
+
+
+def _run(tmp_path: Path, scenario: Path) -> tuple[subprocess.CompletedProcess[str], Path | None]:
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [*STRESS, "run", str(scenario), "--no-tui", "--out", str(out), "--fail-on", "never"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        timeout=180,
+    )
+    dirs = [p for p in out.iterdir() if p.is_dir()] if out.exists() else []
+    return proc, dirs[0] if dirs else None
+
+
+def test_mooncake_replay_prefix_reuse_sizes_and_times(tmp_path: Path) -> None:
+    trace = load_mooncake(TRACE)
+    proc, run_dir = _run(tmp_path, _write(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert run_dir is not None
+    records = sorted(_jsonl(run_dir / "requests.jsonl"), key=lambda r: r["user"])
+    assert [r["user"] for r in records] == list(range(len(trace)))
+    assert all(r["outcome"] == "ok" for r in records)
+    truth = {g["request_id"]: g for g in _jsonl(tmp_path / "gt.jsonl")}
+    reuse = implied_reuse(trace, 512)
+    assert sum(1 for x in reuse if x > 0) > len(trace) // 2  # the sample does reuse
+    for req, rec, want in zip(trace, records, reuse, strict=True):
+        g = truth[rec["request_id"]]  # the id the server saw is the recorded one
+        # sizes: the prompt is input_length tokens (plus the template), the reply
+        # output_length (max_tokens with ignore_eos)
+        assert g["prompt_tokens"] == req.input_length + TEMPLATE, req.line
+        assert g["completion_tokens"] == req.output_length
+        assert rec["completion_tokens"] == req.output_length
+        assert rec["reusable_tokens"] == want
+        # prefix reuse: what the hash ids imply, at the simulator's block granularity (it
+        # always computes the last prompt token itself)
+        expect = min(want + LEAD, g["prompt_tokens"] - 1) // SIM_BLOCK * SIM_BLOCK
+        assert abs(g["cached_tokens"] - expect) <= SIM_BLOCK, (req.line, g["cached_tokens"], want)
+        assert rec["cached_tokens"] == g["cached_tokens"]
+    total = sum(g["cached_tokens"] for g in truth.values())
+    assert abs(total - sum(reuse)) <= SIM_BLOCK * len(trace) // 4
+
+    # send times: scheduled exactly at the trace's timestamps (wall clock: / speed / time
+    # scale), sent within the time it takes to build a prompt (a worker thread) plus loop lag
+    wall = SPEED * SCALE
+    t0 = records[0]["t_sched"]
+    for req, rec in zip(trace, records, strict=True):
+        assert rec["t_sched"] - t0 == pytest.approx((req.t_s - trace[0].t_s) / wall, abs=1e-3)
+    builder = PromptBuilder(Corpus(bundled_corpus("bundled:en")), 512, "timing")
+    start = time.perf_counter()
+    builder.prompt(max(trace, key=lambda r: r.input_length))
+    tolerance = 0.1 + 5 * (time.perf_counter() - start)
+    late = [r["queue_s"] for r in records]
+    assert max(late) <= tolerance, (max(late), tolerance)
+    assert min(late) >= 0
+    (ended,) = [e for e in _jsonl(run_dir / "events.jsonl") if e["kind"] == "replay_ended"]
+    assert ended["data"]["sent"] == len(trace)
+
+
+def test_shared_hash_ids_share_prefix_tokens() -> None:
+    tok = get_tokenizer()
+    builder = PromptBuilder(Corpus(bundled_corpus("bundled:en")), 64, "s")
+    a = tok.encode(builder.prompt(TraceRequest(1, 0.0, 200, 1, (1, 2, 3, 4))))
+    b = tok.encode(builder.prompt(TraceRequest(2, 0.0, 150, 1, (1, 2, 5))))
+    c = tok.encode(builder.prompt(TraceRequest(3, 0.0, 100, 1, (9, 2))))
+    assert (len(a), len(b), len(c)) == (200, 150, 100)
+    assert a[:128] == b[:128] and a[128:136] != b[128:136]
+    # a different id, different text; an id is the same text wherever it stands (a prefix
+    # cache still misses it after a different first block: its chain differs)
+    assert a[:8] != c[:8] and a[64:96] == c[64:96]  # c cuts block 2 to 36 tokens
+    again = PromptBuilder(Corpus(bundled_corpus("bundled:en")), 64, "s")
+    assert tok.encode(again.prompt(TraceRequest(1, 0.0, 200, 1, (1, 2, 3, 4)))) == a
+    other = PromptBuilder(Corpus(bundled_corpus("bundled:en")), 64, "another run")
+    assert tok.encode(other.prompt(TraceRequest(1, 0.0, 200, 1, (1, 2, 3, 4))))[:8] != a[:8]
+
+
+def test_implied_reuse() -> None:
+    trace = [
+        TraceRequest(1, 0.0, 1000, 1, (1, 2)),
+        TraceRequest(2, 0.0, 1200, 1, (1, 2, 3)),  # block 2 was sent cut (488 tokens)
+        TraceRequest(3, 0.0, 1536, 1, (1, 3, 4)),  # same id 3 after another chain: no hit
+        TraceRequest(4, 0.0, 300, 1, (1,)),
+    ]
+    assert implied_reuse(trace, 512) == [0, 512 + 488, 512, 300]
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        (
+            '{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": [1]}\n{"x": 1',
+            "(line)",
+        ),
+        (
+            '{"timestamp": 0, "input_length": "5", "output_length": 2, "hash_ids": [1]}',
+            "input_length",
+        ),
+        ('{"timestamp": 0, "input_length": 5, "hash_ids": [1]}', "output_length"),
+        ('{"timestamp": -1, "input_length": 5, "output_length": 2, "hash_ids": [1]}', "timestamp"),
+        ('{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": ["a"]}', "hash_ids"),
+        ("[1, 2]", "(line)"),
+    ],
+)
+def test_bad_trace_is_one_line_naming_file_line_field(
+    tmp_path: Path, line: str, field: str
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(line + "\n")
+    with pytest.raises(ScenarioError) as e:
+        load_scenario(_write(tmp_path, trace=bad))
+    (problem,) = e.value.problems
+    assert problem.file == str(bad) and problem.field == field and problem.line is not None
+    proc, _ = _run(tmp_path, _write(tmp_path, trace=bad))
+    assert proc.returncode == 2
+    err = proc.stdout + proc.stderr
+    assert "Traceback" not in err and f"{bad}:{problem.line}: {field}:" in err
+
+
+def test_replay_excludes_users_and_scales_with_time(tmp_path: Path) -> None:
+    scenario = load_scenario(_write(tmp_path)).scenario
+    assert scenario.replay is not None and scenario.replay.speed == SPEED
+    assert time_scaled(scenario, SCALE).replay.speed == SPEED * SCALE  # type: ignore[union-attr]
+    p = tmp_path / "both.yaml"
+    p.write_text(_write(tmp_path).read_text() + "users: {count: 3}\n")
+    with pytest.raises(ScenarioError, match="users"):
+        load_scenario(p)
+    p.write_text("name: x\nduration: 1m\n")
+    with pytest.raises(ScenarioError, match="conversation is required"):
+        load_scenario(p)
