@@ -27,12 +27,12 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from stress.corpus import Corpus
-from stress.errors import Problem, ScenarioError
+from stress.errors import Problem, RunDirError, ScenarioError
 
 MAX_TRACE_LINES = 1_000_000
 """A trace with more requests than this is refused (it would not fit a run's memory)."""
@@ -57,11 +57,16 @@ class TraceRequest:
     hash_ids: tuple[int, ...]
 
 
+_RUN_FIX = "point it at a directory made by `stress run`, or its requests.jsonl"
+
+
 class TraceError(ScenarioError):
     """A trace file that cannot be replayed: one line naming the file, line and field."""
 
-    def __init__(self, path: str, line: int | None, field: str, message: str) -> None:
-        super().__init__([Problem(path, line, field, message, _FIX)])
+    def __init__(
+        self, path: str, line: int | None, field: str, message: str, fix: str = _FIX
+    ) -> None:
+        super().__init__([Problem(path, line, field, message, fix)])
 
 
 def _int(obj: dict[str, Any], key: str, path: str, line: int, lo: int, hi: int) -> int:
@@ -116,6 +121,100 @@ def load_mooncake(path: Path) -> list[TraceRequest]:
         out.append(TraceRequest(no, ts / 1000.0, n_in, n_out, tuple(ids)))
     if not out:
         raise TraceError(name, None, "(file)", "the trace holds no requests")
+    return out
+
+
+RUN_FILE = "requests.jsonl"
+
+
+def trace_format(path: Path) -> Literal["mooncake", "stress"]:
+    """``stress`` for a run directory or a run's ``requests.jsonl`` (its first record has
+    ``t_sched``), else ``mooncake``."""
+    if path.is_dir() or path.name == RUN_FILE:
+        return "stress"
+    try:
+        with path.open("rb") as f:
+            first = next((line for line in f if line.strip()), b"")
+        obj = orjson.loads(first) if first else None
+    except (OSError, orjson.JSONDecodeError):
+        return "mooncake"  # its loader says what is wrong, in one line
+    return "stress" if isinstance(obj, dict) and "t_sched" in obj else "mooncake"
+
+
+def load_trace(path: Path, fmt: str, block_size: int) -> list[TraceRequest]:
+    """The requests of a ``replay.trace`` in send order (``fmt``: ``replay.format``)."""
+    if fmt == "auto":
+        fmt = trace_format(path)
+    return load_run_trace(path, block_size) if fmt == "stress" else load_mooncake(path)
+
+
+def load_run_trace(path: Path, block_size: int) -> list[TraceRequest]:
+    """A previous ``stress run``'s requests as a trace: the same send times (on the
+    scenario's clock: a time-scaled simulator run's are simulated seconds), sizes and
+    conversation shape.
+
+    Sizes: the server's prompt tokens (the estimate where the server gave none) and the
+    reply's tokens (for a request that got none, the run's ``max_tokens``). Shape: each
+    conversation (phase, user, conversation) is a chain of hash ids; a turn keeps as many
+    whole blocks of the previous turn's ids as its ``reusable_tokens`` cover, then new ids
+    for the rest, so a replayed turn shares with the one before what the original could
+    reuse (to a block; a smaller ``block_size`` follows it closer)."""
+    from stress.analysis.runfiles import read_jsonl_counted  # light: orjson, no numpy
+
+    run_dir = path if path.is_dir() else path.parent
+    file = path / RUN_FILE if path.is_dir() else path
+    name = str(file)
+    if not file.is_file():
+        raise TraceError(name, None, "replay.trace", "no requests.jsonl there", _RUN_FIX)
+    try:
+        rows, _ = read_jsonl_counted(file)
+    except RunDirError as e:
+        raise TraceError(name, None, "replay.trace", str(e), _RUN_FIX) from None
+    scale, max_tokens = 1.0, 256
+    manifest = run_dir / "manifest.json"
+    if manifest.is_file():
+        try:
+            m = orjson.loads(manifest.read_bytes())
+            scale = float(m.get("time_scale") or 1.0)
+            max_tokens = int(m["scenario"]["request"]["max_tokens"])
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            pass
+    if len(rows) > MAX_TRACE_LINES:
+        raise TraceError(name, None, "(file)", f"more than {MAX_TRACE_LINES:,} requests")
+    picked: list[tuple[float, int, dict[str, Any]]] = []
+    for no, r in enumerate(rows, 1):
+        t = r.get("t_sched")
+        if not isinstance(t, (int, float)) or isinstance(t, bool) or not 0 <= t < 1e10:
+            continue  # not a request record (or a damaged one): nothing to replay
+        picked.append((float(t) * scale, no, r))
+    if not picked:
+        raise TraceError(name, None, "(file)", "the run holds no request records", _RUN_FIX)
+    picked.sort(key=lambda x: (x[0], x[1]))
+
+    def count(r: dict[str, Any], *keys: str) -> int:
+        for k in keys:
+            v = r.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_INPUT_TOKENS:
+                return v
+        return 0
+
+    chains: dict[tuple[Any, ...], list[int]] = {}
+    next_id = 0
+    out: list[TraceRequest] = []
+    for t, no, r in picked:
+        n_in = count(r, "prompt_tokens", "prompt_tokens_est") or 1
+        n_out = count(r, "completion_tokens") or max_tokens
+        reuse = min(count(r, "reusable_tokens"), n_in)
+        key = (r.get("phase"), r.get("user"), r.get("conversation"))
+        chain = chains.get(key, [])
+        keep = min(reuse // block_size, len(chain))
+        ids = chain[:keep]
+        blocks = -(-n_in // block_size)
+        while len(ids) < blocks:
+            ids.append(next_id)
+            next_id += 1
+        chains[key] = ids
+        out.append(TraceRequest(no, t, n_in, n_out, tuple(ids)))
     return out
 
 
@@ -178,6 +277,9 @@ class PromptBuilder:
         is a prefix of the text for more (a cut block shares what it can)."""
         units = self._units_of(key)
         tok = self.corpus.tok
+        if n == 1:  # a cut last block: one word, no newline ("\n" would merge with the
+            # previous block's "\n" into one token); its first word where that is one token
+            return units[0] if units and tok.count(units[0]) == 1 else "the"
 
         def text(k: int) -> str:
             return " ".join(units[:k]) + "\n"

@@ -155,9 +155,11 @@ async def _run(
     corpus_name = sc.replay.corpus if sc.replay else paste.corpus if paste else None
     trace = None
     if sc.replay is not None:  # checked when the scenario was loaded; read again here
-        from stress.replay import load_mooncake
+        from stress.replay import load_trace
 
-        trace = await asyncio.to_thread(load_mooncake, loaded.resolve(sc.replay.trace))
+        spec = sc.replay
+        trace_path = loaded.resolve_trace(spec.trace)
+        trace = await asyncio.to_thread(load_trace, trace_path, spec.format, spec.block_size)
     if corpus_name is not None:
         corpus = await asyncio.to_thread(Corpus, loaded.resolve(corpus_name), tokenizer)
         if sc.target.tokenizer != "tiktoken":

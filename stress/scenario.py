@@ -270,11 +270,15 @@ class Replay(_Model):
     """Replay a trace: its requests at its times, with its sizes and prefix reuse."""
 
     trace: str = Field(min_length=1)
-    """The trace, a JSON Lines file relative to the scenario file: Mooncake format, one
-    request a line with ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``."""
-    format: Literal["mooncake"] = "mooncake"
-    """The trace's format (``mooncake``: kvcache-ai/Mooncake's published traces, as AIPerf
-    replays them)."""
+    """The trace, relative to the scenario file: a Mooncake JSON Lines file (one request a
+    line with ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``), or a
+    previous run's directory or ``requests.jsonl``; ``bundled:NAME`` is a trace shipped
+    with stress (``bundled:mooncake_sample.jsonl``)."""
+    format: Literal["auto", "mooncake", "stress"] = "auto"
+    """The trace's format: ``mooncake`` (kvcache-ai/Mooncake's published traces, as AIPerf
+    replays them), ``stress`` (a previous run: its directory or its ``requests.jsonl``, with
+    the same send times, sizes and conversation shape), or ``auto``: ``stress`` for a run
+    directory or a file of request records, else ``mooncake``."""
     corpus: str = Field(default="bundled:en", min_length=1)
     """Documents the prompts are built from (like ``conversation.turn.paste.corpus``)."""
     block_size: Int = Field(default=512, ge=1, le=65_536)
@@ -874,6 +878,15 @@ class LoadedScenario(BaseModel):
         p = Path(os.path.expanduser(relative))
         return p if p.is_absolute() else (self.base_dir / p).resolve()
 
+    def resolve_trace(self, relative: str) -> Path:
+        """``replay.trace``: like ``resolve``, with ``bundled:NAME`` one of the traces
+        shipped with stress."""
+        from stress.bundled import CORPUS_PREFIX, bundled_trace
+
+        if relative.startswith(CORPUS_PREFIX):
+            return bundled_trace(relative)
+        return self.resolve(relative)
+
 
 # --- loading and friendly errors ------------------------------------------------------
 
@@ -1222,10 +1235,10 @@ def _check_files(
                 )
             )
     if sc.replay is not None:
-        from stress.replay import load_mooncake
+        from stress.replay import load_trace
 
-        trace = loaded.resolve(sc.replay.trace)
-        if not trace.is_file():
+        trace = loaded.resolve_trace(sc.replay.trace)
+        if not trace.is_file() and not (trace.is_dir() and sc.replay.format != "mooncake"):
             where = ("replay", "trace")
             out.append(
                 Problem(
@@ -1233,12 +1246,13 @@ def _check_files(
                     located.line_of(where),
                     "replay.trace",
                     f"trace {sc.replay.trace!r} is not a file ({trace})",
-                    "point it at a JSON Lines trace (relative to the scenario file)",
+                    "point it at a JSON Lines trace or a run directory (relative to the "
+                    "scenario file)",
                 )
             )
         else:
             try:
-                load_mooncake(trace)
+                load_trace(trace, sc.replay.format, sc.replay.block_size)
             except ScenarioError as e:
                 out.extend(e.problems)
     key_file = loaded.scenario.target.api_key_file

@@ -209,3 +209,15 @@ def test_init_refuses_to_overwrite_and_names_the_bundled_scenarios(
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "'unknown' is not a bundled scenario" in err
     assert all(name in err for name in SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_scenario_validates_after_init_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """A copy made by `stress init` in an empty folder names no file it left behind (a
+    relative path into the package, like `../traces/...`, broke the replay scenario)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", name]) == 0
+    capsys.readouterr()
+    assert main(["validate", f"{name}.yaml"]) == 0, capsys.readouterr()

@@ -206,3 +206,78 @@ def test_replay_excludes_users_and_scales_with_time(tmp_path: Path) -> None:
     p.write_text("name: x\nduration: 1m\n")
     with pytest.raises(ScenarioError, match="conversation is required"):
         load_scenario(p)
+
+
+RUN_SCENARIO = """\
+name: replay_source
+target:
+  url: sim
+  sim:
+    time_scale: {scale}
+    block_size: {sim_block}
+    kv_tokens: 1000000
+    max_model_len: 65536
+    prefill_tokens_per_s: 1000000
+    decode_tokens_per_s: 2000
+    ground_truth_path: {gt}
+users: {{count: 3, ramp_up: 6s, think_time: {{min: 2s, max: 5s}}}}
+rounds: 4
+conversation:
+  turn:
+    paste: {{corpus: bundled:en, tokens: [200, 500]}}
+    ask: ["Summarise this."]
+request: {{max_tokens: 24, extra_body: {{ignore_eos: true}}}}
+telemetry: {{gpus: "off"}}
+seed: 5
+"""
+
+
+def test_replay_of_a_previous_run_keeps_times_sizes_and_conversation_reuse(
+    tmp_path: Path,
+) -> None:
+    """A run's requests.jsonl replayed (format auto): the same requests at the same times on
+    the scenario's clock, with the same prompt and reply sizes, and each turn of a
+    conversation finding in the server's cache what the original turn found (to a block)."""
+    src_gt = tmp_path / "src_gt.jsonl"
+    src = tmp_path / "src.yaml"
+    src.write_text(RUN_SCENARIO.format(scale=SCALE, sim_block=SIM_BLOCK, gt=src_gt))
+    proc, src_dir = _run(tmp_path / "a", src)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert src_dir is not None
+    original = sorted(_jsonl(src_dir / "requests.jsonl"), key=lambda r: r["t_sched"])
+    assert len(original) == 12 and all(r["outcome"] == "ok" for r in original)
+    assert sum(r["reusable_tokens"] > 0 for r in original) == 9  # rounds 2-4 of each user
+
+    scenario = tmp_path / "replay.yaml"
+    scenario.write_text(
+        SCENARIO.format(
+            scale=SCALE, sim_block=SIM_BLOCK, gt=tmp_path / "gt.jsonl", trace=src_dir, speed=1
+        ).replace("block_size: 512", f"block_size: {SIM_BLOCK}")
+    )
+    proc, run_dir = _run(tmp_path / "b", scenario)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert run_dir is not None
+    replayed = sorted(_jsonl(run_dir / "requests.jsonl"), key=lambda r: r["user"])
+    assert len(replayed) == len(original)
+    truth = {g["request_id"]: g for g in _jsonl(tmp_path / "gt.jsonl")}
+    t0, r0 = original[0]["t_sched"], replayed[0]["t_sched"]
+    previous: dict[tuple[int, int], int] = {}  # (user, conversation) -> its last prompt
+    for orig, rec in zip(original, replayed, strict=True):
+        g = truth[rec["request_id"]]
+        # times: the original's schedule, both on the same (time-scaled) wall clock
+        assert rec["t_sched"] - r0 == pytest.approx(orig["t_sched"] - t0, abs=1e-3)
+        assert g["prompt_tokens"] == orig["prompt_tokens"] + TEMPLATE
+        assert g["completion_tokens"] == orig["completion_tokens"] == 24
+        # reuse: the whole blocks of what the original turn could reuse, up to the previous
+        # turn's prompt (the original could also reuse the reply the server wrote; a
+        # replayed reply is other text, so the next replayed prompt cannot contain it)
+        key = (orig["user"], orig["conversation"])
+        want = min(orig["reusable_tokens"] // SIM_BLOCK * SIM_BLOCK, previous.get(key, 0))
+        previous[key] = orig["prompt_tokens"]
+        assert rec["reusable_tokens"] == want
+        assert want > 0 or orig["turn"] == 1
+        # and the server's cache found it (to the simulator's block; it always computes
+        # the last prompt token itself)
+        expect = min(want + LEAD, g["prompt_tokens"] - 1) // SIM_BLOCK * SIM_BLOCK
+        assert abs(g["cached_tokens"] - expect) <= SIM_BLOCK, (orig, g, want)
