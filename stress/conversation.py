@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 CacheMode = Literal["per_user", "cold", "shared"]
 MESSAGE_OVERHEAD = 4
 """Tokens a chat template adds around each message (role markers), for estimates."""
+MAX_CHARS_PER_TOKEN = 32
+"""More characters a token than any tokenizer's average over a reply (cl100k: ~4 for prose,
+its longest tokens ~30); a usage count that implies more is not the history's size."""
 MIN_PREBUILT_PASTE = 16
 """A last pre-built turn with less room than this asks without pasting."""
 
@@ -163,6 +166,11 @@ class Conversation:
             reply = f"<think>{reply_reasoning}</think>\n{reply_content}"
         self.messages.append({"role": "user", "content": user_text})
         self.messages.append({"role": "assistant", "content": reply})
+        if reply_tokens is not None and len(reply) > MAX_CHARS_PER_TOKEN * max(reply_tokens, 1):
+            # more text than that many tokens can carry (a server that miscounts, a
+            # proxy that pads): count what the history really holds, or it outgrows its
+            # ceiling unseen and every later prompt carries the excess
+            reply_tokens = None
         if reply_tokens is None:
             reply_tokens = count_tokens(reply) if reply else 0
         if user_tokens is None:

@@ -117,3 +117,14 @@ def test_cli_run_on_the_simulator_starts_each_user_at_8000_tokens(tmp_path: Path
     assert len(set(firsts)) == 3  # histories drawn per user, not one history for all
     summary = orjson.loads((run / "summary.json").read_bytes())
     assert summary["overall"]["requests"] == 6  # the pre-filled turns are warm-up
+
+
+def test_a_reply_the_usage_undercounts_is_counted_as_it_is() -> None:
+    """The server's completion_tokens sizes the kept reply, unless the text holds far more
+    than that many tokens can (a 262 KB reply under a usage of 10 tokens kept the history
+    'small' past its ceiling, and every later prompt carried 60k tokens)."""
+    conv = Conversation(0, 1, "per_user", "nonce", "You help.")
+    conv.commit_turn("Q?", "word " * 40, "", prompt_tokens=20, user_tokens=2, reply_tokens=40)
+    honest = conv.tokens_est
+    conv.commit_turn("Q?", "x" * 262_144, "", prompt_tokens=80, user_tokens=2, reply_tokens=10)
+    assert conv.last_reply_tokens > 10_000 and conv.tokens_est - honest > 10_000
