@@ -57,6 +57,45 @@ def length_top(loaded: LoadedScenario, spec: SearchSpec) -> int:
     return spec.length_max or int(0.9 * loaded.scenario.conversation.ceiling_tokens)
 
 
+SLOT_MARGIN = 64
+"""Tokens of a slot kept for the chat template and the system prompt's framing."""
+
+
+def slot_history(step: LoadedScenario, slot_context: int) -> int:
+    """The most history a step's conversations can open with on a llama.cpp slot of
+    ``slot_context`` tokens: the slot less what the step adds to each conversation, a
+    turn (the longest paste and a question) and its reply (``max_tokens``) per round (one
+    round when the step runs for a duration). Past it a conversation outgrows its slot
+    within the step and its turns fail, which measures the slot, not the load."""
+    sc = step.scenario
+    paste = sc.conversation.turn.paste
+    turn = (max(paste.tokens) if paste is not None else 0) + 64 + sc.request.max_tokens
+    return max(1, slot_context - (sc.rounds or 1) * turn - SLOT_MARGIN)
+
+
+def bound_by_slots(search: Search, step: Step, scenario: LoadedScenario) -> str | None:
+    """On the length axis, lower the search's maximum to what a llama.cpp slot holds once
+    a step has seen the slots (``scenario``: that step's); the sentence that says so, or
+    None when nothing changed."""
+    if not step.slot_context or search.unit != "tokens":
+        return None
+    top = slot_history(scenario, step.slot_context)
+    if top >= search.maximum:
+        return None
+    search.maximum = max(top, search.start)
+    search.bound = (
+        f"a llama.cpp slot holds {tokens(step.slot_context)} tokens: at most "
+        f"{tokens(search.maximum)} tokens of history with a turn and its reply"
+    )
+    return search.bound
+
+
+def stop_text(search: Search) -> str:
+    if search.stop == "maximum" and search.bound:
+        return f"the SLO held up to the most a slot allows ({search.bound})"
+    return STOP_TEXT[search.stop or "bracket"]
+
+
 def grid_lengths(loaded: LoadedScenario, spec: SearchSpec) -> list[int]:
     """The capacity map's rows: ``lengths``, else ``length_start`` doubling up to the
     longest history tried."""
@@ -180,7 +219,14 @@ async def run_search(
         write_json(root / "capacity.json", doc)
         write_search_report(root, doc)
 
+    slot_top: int | None = None  # llama.cpp: the most history a slot holds, once seen
     for length in lengths:
+        if slot_top is not None and length is not None and length > slot_top:
+            say(
+                f"{tokens(length)} tokens of history: not tried (a llama.cpp slot holds at "
+                f"most {tokens(slot_top)} tokens of history with a turn and its reply)"
+            )
+            break
         search = make_search(loaded, settings)
         if grid and rows:  # a longer history holds no more users: start at the last answer
             prev = rows[-1].search
@@ -201,16 +247,19 @@ async def run_search(
             )
             step = Step(value, length=start_tokens or 0)
             summaries: list[dict[str, Any]] = []
+            at_step = step_scenario(loaded, settings, users, start_tokens)
             for k in range(settings.repeat):
                 line = progress.line(row, value, k, settings.repeat, at)
                 say(line)
-                outcome = await run_pass(
-                    step_scenario(loaded, settings, users, start_tokens), root, line
-                )
+                outcome = await run_pass(at_step, root, line)
                 step.run_dirs.append(str(Path(outcome.run_dir).relative_to(root)))
                 summaries.append(outcome.summary)
             judge_step(step, summaries)
             search.steps.append(step)
+            if step.slot_context:
+                slot_top = slot_history(at_step, step.slot_context)
+            if (why := bound_by_slots(search, step, at_step)) is not None:
+                say(f"search bounded: {why}")
             where = f" at {tokens(length or 0)} tokens" if grid else at
             say(f"step {len(search.steps)}: {search.fmt(value)}{where} -> {step_text(step)}")
             save()
@@ -227,7 +276,7 @@ async def run_search(
             "most that many requests run at once (others wait), and no conversation grows "
             "past a slot's context"
         )
-    stops = dict.fromkeys(STOP_TEXT[r.search.stop or "bracket"] for r in rows)
+    stops = dict.fromkeys(stop_text(r.search) for r in rows)
     say(f"stopped: {'; '.join(stops)}")
     say(
         f"search directory: {root}  (each step's runs: stress ls {root}; the search: "
@@ -343,9 +392,11 @@ def document(
         "answer": first.answer(),
         "answer_line": answer_line(rows, criterion, at),
         "llamacpp_slots": next((s.slots for s in steps if s.slots), None),
+        "llamacpp_slot_context": next((s.slot_context for s in steps if s.slot_context), None),
+        "bound": first.bound or None,
         "stop": first.stop,
         "stop_text": "; ".join(
-            dict.fromkeys(STOP_TEXT[r.search.stop] for r in rows if r.search.stop)
+            dict.fromkeys(stop_text(r.search) for r in rows if r.search.stop)
         ),
     }
     if settings.axis == "grid":

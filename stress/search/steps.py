@@ -59,6 +59,8 @@ class Search:
     """What the values count: "users" or "tokens" (the length axis)."""
     steps: list[Step] = field(default_factory=list)
     stop: StopReason | None = None
+    bound: str = ""
+    """Why ``maximum`` is lower than asked (e.g. a llama.cpp slot's context), or ""."""
 
     def __post_init__(self) -> None:
         if not (1 <= self.start <= self.maximum) or self.factor <= 1 or self.width < 1:

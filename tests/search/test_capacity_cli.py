@@ -201,3 +201,37 @@ def test_grid_search_maps_users_by_length(tmp_path: Path) -> None:
     rebuilt = stress("report", str(root), timeout=120)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert "7,000 tokens: 5 users [5-6]" in (root / "capacity.md").read_text()
+
+
+# llama.cpp: a slot of 6,000 tokens (the simulator's llama.cpp dialect serves /props and
+# /slots like llama-server) under a ceiling of 20,000 the user set too high. Each step of
+# 10 users runs 3 rounds (2 judged, for 20 requests), adding up to 3 x (260 + 64 + 30)
+# tokens to a conversation: past 6,000 - 1,062 - 64 = 4,874 tokens of history a step's
+# last turns cannot fit their slot. The search must stop there, and say why, rather than
+# go on to 8k and read context errors as the load's limit.
+SLOT_SCENARIO = LENGTH_SCENARIO.replace(
+    f"sim: {{kv_tokens: {POOL}, max_seqs: 16,",
+    "sim: {dialect: llamacpp, kv_tokens: 1000000, max_model_len: 6000, max_seqs: 16,",
+).replace("users: {count: 4,", "users: {count: 10,").replace(
+    "ceiling_tokens: 40000", "ceiling_tokens: 20000"
+).replace("rounds: 8", "rounds: 2").replace("ttft_p95: 0.1s", "ttft_p95: 30s").replace(
+    "length_start: 2000, length_width: 2000", "length_start: 1000, length_width: 500"
+)
+
+
+@pytest.mark.slow
+def test_length_search_is_bounded_by_a_llamacpp_slot(tmp_path: Path) -> None:
+    assert "dialect: llamacpp" in SLOT_SCENARIO and "rounds: 2" in SLOT_SCENARIO
+    path = tmp_path / "slot.yaml"
+    path.write_text(SLOT_SCENARIO)
+    out = tmp_path / "out"
+    proc = stress("capacity", str(path), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    (root,) = out.iterdir()
+    doc = orjson.loads((root / "capacity.json").read_bytes())
+    tried = [s["value"] for s in doc["steps"]]
+    assert tried == [1000, 2000, 4000, 4874], doc["steps"]
+    assert all(s["status"] == "MET" for s in doc["steps"])  # no turn outgrew its slot
+    assert doc["stop"] == "maximum" and doc["llamacpp_slot_context"] == 6000
+    assert "a llama.cpp slot holds 6,000 tokens" in doc["stop_text"]
+    assert "search bounded: a llama.cpp slot holds 6,000 tokens" in proc.stdout
