@@ -64,7 +64,10 @@ def run_in_terminal(args: list[str], cols: int, rows: int, timeout: float) -> tu
 @pytest.mark.parametrize("cols", [80, 200])
 def test_the_live_view_shows_where_the_search_stands(tmp_path: Path, cols: int) -> None:
     path = tmp_path / "slots.yaml"
-    path.write_text(SCENARIO)
+    # the live view is under test, not the machine: an SLO no busy machine misses (the
+    # search's 0.4 s is 80 ms of wall time at time_scale 5, within a loaded loop's lag)
+    assert "ttft_p95: 0.4s" in SCENARIO
+    path.write_text(SCENARIO.replace("ttft_p95: 0.4s", "ttft_p95: 20s"))
     out = tmp_path / "out"
     # two steps of one pass each (2 and 4 users: both meet the SLO), ~10 s of passes
     code, screen = run_in_terminal(
@@ -84,4 +87,4 @@ def test_the_live_view_shows_where_the_search_stands(tmp_path: Path, cols: int) 
         assert re.search(drawn, screen), step
     if cols >= 200:
         assert "capacity search · step 2: 4 users, pass 1/1 · bracket [2-?] · done 2:MET" in text
-    assert "capacity at SLO (TTFT p95 <= 0.4 s): >= 4 users" in text
+    assert "capacity at SLO (TTFT p95 <= 20 s): >= 4 users" in text
