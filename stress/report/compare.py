@@ -194,6 +194,7 @@ def compare(run_dirs: list[Path]) -> Comparison:
             "SLO",
             "within SLO up to",
             "goodput",
+            "goodput (TTFT + ITL)",
             "TTFT p95 s",
             "decode p50 tok/s",
         ],
@@ -205,12 +206,15 @@ def compare(run_dirs: list[Path]) -> Comparison:
                 slo_cell(a.verdict.slo),
                 within_cell(a.capacity),
                 pct(a.capacity.goodput),
+                pct(a.tokens.goodput),
                 num(figures.ttft_p95(a.run.requests)),
                 num(figures.decode_p50(a.run.requests)),
             ]
             for a in analyses
         ],
-        note="The verdict and capacity answer of each run's own report (stress ls shows the same).",
+        note="The verdict and capacity answer of each run's own report (stress ls shows the "
+        "same). goodput: TTFT and decode speed within the SLO; goodput (TTFT + ITL): TTFT and "
+        "the request's ITL p95 within it (slo.itl_p95 set, the run has tokens.bin).",
         id="verdicts",
     )
     return Comparison(

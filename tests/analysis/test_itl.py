@@ -171,6 +171,12 @@ def test_goodput_on_ttft_and_itl_together(tmp_path: Path) -> None:
     section = {s.id: s for s in make_report(d, charts=False, analysis=a).sections}["itl"]
     assert any("Goodput on TTFT and ITL: 40.0% of turns" in p for p in section.paragraphs)
     assert [t.id for t in section.tables] == ["itl", "itl-by-length"]
+    # compare shows the same figure, apart from the goodput on TTFT and decode speed
+    c = compare([d, d])
+    head = c.verdicts.columns
+    row = c.verdicts.rows[0]
+    assert row[head.index("goodput (TTFT + ITL)")] == "40.0%"
+    assert "goodput (TTFT + ITL)" in render_compare_md(c)
 
 
 def test_compare_shows_itl_and_judges_the_difference(tmp_path: Path) -> None:
