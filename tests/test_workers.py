@@ -310,3 +310,60 @@ def test_workers_auto_rule(users: int, cpus: int, want: int) -> None:
         }
     )
     assert worker_count(sc, cpus) == want
+
+
+def test_the_live_view_names_the_busiest_and_the_dead_worker() -> None:
+    from stress.headless import workers_text
+    from stress.live import Live
+    from stress.tui.widgets.header import workers_part
+
+    live = Live(3)
+    live.workers = {
+        0: {"pid": 1, "cpu_pct": 12.0, "loop_lag_ms_max": 2.0, "rss_mib": 88.0},
+        1: {"pid": 2, "cpu_pct": 97.0, "loop_lag_ms_max": 45.0, "rss_mib": 90.0},
+        2: {"pid": 3, "dead": True},
+    }
+    s = live.snapshot(1.0)
+    assert workers_text(s.workers) == (
+        "workers: w0 cpu 12% lag 2ms 88MiB, w1 cpu 97% lag 45ms 90MiB, w2 DEAD"
+    )
+    from rich.text import Text
+
+    t = Text()
+    workers_part(t, s)
+    assert t.plain == " · workers 3 (busiest w1 97% lag 45ms) w2 DEAD"
+
+
+def test_a_dead_worker_grades_fail_and_an_overloaded_one_distorts_the_client() -> None:
+    from stress.analysis.judge import HealthCounts, grade, health_findings
+    from stress.collectors.client import merge_health
+
+    assert grade(health_findings(HealthCounts(requests=10, workers_died=1))) == "FAIL"
+    assert grade(health_findings(HealthCounts(requests=10))) == "PASS"
+    calm: dict[str, Any] = {
+        "samples": 5,
+        "probes": 50,
+        "loop_lag_ms_mean": 1.0,
+        "loop_lag_ms_max": 3.0,
+        "cpu_pct_mean": 20.0,
+        "cpu_pct_max": 30.0,
+        "rss_mib_max": 90.0,
+        "overloaded_samples": 0,
+        "overload_causes": {},
+        "warnings": 0,
+        "distorted": False,
+    }
+    busy = {
+        **calm,
+        "loop_lag_ms_max": 80.0,
+        "cpu_pct_max": 99.0,
+        "overloaded_samples": 4,
+        "overload_causes": {"stress": 4},
+        "warnings": 1,
+        "distorted": True,
+    }
+    merged = merge_health([calm, busy])
+    assert merged["distorted"] and merged["overload_cause"] == "stress"
+    assert merged["loop_lag_ms_max"] == 80.0 and merged["rss_mib_max"] == 180.0
+    assert merged["samples"] == 10 and merged["loop_lag_ms_mean"] == 1.0
+    assert not merge_health([calm, calm])["distorted"]
