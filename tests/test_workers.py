@@ -367,3 +367,37 @@ def test_a_dead_worker_grades_fail_and_an_overloaded_one_distorts_the_client() -
     assert merged["loop_lag_ms_max"] == 80.0 and merged["rss_mib_max"] == 180.0
     assert merged["samples"] == 10 and merged["loop_lag_ms_mean"] == 1.0
     assert not merge_health([calm, calm])["distorted"]
+
+
+@pytest.mark.timeout(600)  # bounded by the run's own deadline
+async def test_ctrl_c_twice_cancels_every_workers_requests_each_with_its_record(
+    tmp_path: Path,
+) -> None:
+    scenario, timeout = _scenario(tmp_path, 4, 50, reply=(400, 500), think=1.0)
+    proc = await _start(tmp_path, scenario, "--workers", "2")
+    deadline = time.monotonic() + START_UP_S + 60
+    try:
+
+        def busy() -> bool:
+            d = _run_dir(tmp_path)
+            state = _read(d / "state.json") if d else None
+            return bool(state and state["recorded"] >= 2 and state["in_flight_count"] >= 2)
+
+        await _wait_for(proc, "requests in flight", busy, deadline)
+        proc.send_signal(signal.SIGINT)
+        await asyncio.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout)
+    finally:
+        if proc.returncode is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+    text = stdout.decode() + stderr.decode()
+    assert proc.returncode == 0, text
+    assert "Traceback" not in text
+    run_dir = _run_dir(tmp_path)
+    assert run_dir is not None
+    records = _one_record_per_request_seen(run_dir, tmp_path / "gt.jsonl")
+    cancelled = [r for r in records if r["error_class"] == "cancelled"]
+    assert cancelled and all(r["outcome"] == "error" for r in cancelled)
+    assert not [e for e in _jsonl(run_dir / "events.jsonl") if e["kind"] == "worker_died"]
