@@ -401,3 +401,23 @@ async def test_ctrl_c_twice_cancels_every_workers_requests_each_with_its_record(
     cancelled = [r for r in records if r["error_class"] == "cancelled"]
     assert cancelled and all(r["outcome"] == "error" for r in cancelled)
     assert not [e for e in _jsonl(run_dir / "events.jsonl") if e["kind"] == "worker_died"]
+
+
+def test_phases_run_in_step_across_workers(tmp_path: Path) -> None:
+    scenario, timeout = _scenario(tmp_path, 4, 2)
+    scenario.write_text(
+        scenario.read_text()
+        + "phases:\n  - {name: two, users: 2}\n  - {name: five, users: 5, rounds: 3}\n"
+    )
+    run_dir = _run(tmp_path, scenario, 2 * timeout, "--workers", "2")
+    records = _one_record_per_request_seen(run_dir, tmp_path / "gt.jsonl")
+    rounds: dict[tuple[str, int], list[int]] = {}
+    for r in records:
+        rounds.setdefault((r["phase"], r["user"]), []).append(r["round"])
+    assert {k: sorted(v) for k, v in rounds.items()} == {
+        **{("two", u): [1, 2] for u in range(2)},
+        **{("five", u): [1, 2, 3] for u in range(5)},
+    }
+    # the second phase starts in every worker only after the first ended in all of them
+    end_two = max(r["t_start"] + r["e2e_s"] for r in records if r["phase"] == "two")
+    assert min(r["t_start"] for r in records if r["phase"] == "five") >= end_two
