@@ -68,6 +68,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _workers_arg(text: str) -> int | Literal["auto"]:
+    """``--workers``: a whole number of at least 1, or ``auto``."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    return _positive_int(text)
+
+
 def _lengths_arg(text: str) -> list[int]:
     """'2000,8000,32k' -> [2000, 8000, 32000]."""
     out = []
@@ -259,7 +266,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     loaded = load_scenario(args.scenario, corpus_roots=args.corpus_root or ())
     loaded = with_overrides(
-        loaded, users=args.users, duration=args.duration, target=args.target, rounds=args.rounds
+        loaded,
+        users=args.users,
+        duration=args.duration,
+        target=args.target,
+        rounds=args.rounds,
+        workers=args.workers,
     )
     _usable_out(Path(args.out))
     ui: Literal["headless", "tui"] = "headless"
@@ -398,6 +410,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=_positive_int, help="override rounds per user")
     p.add_argument("--users", type=_positive_int, help="override the number of users")
     p.add_argument("--target", help="server root URL, or `sim` for the built-in simulator")
+    p.add_argument(
+        "--workers",
+        type=_workers_arg,
+        help="client processes sharing the users (N or auto; default: the scenario's "
+        "workers, 1); users: scenarios only (docs/scaling.md)",
+    )
     p.add_argument(
         "--no-tui",
         action="store_true",

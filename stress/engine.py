@@ -20,7 +20,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -28,11 +28,9 @@ from stress.client import ChatClient, Reply
 from stress.conversation import MESSAGE_OVERHEAD, Conversation, History, build_history
 from stress.corpus import Corpus
 from stress.events import RunEvent
-from stress.live import Live
 from stress.record import RequestRecord
-from stress.recorder import Recorder
 from stress.replay import PromptBuilder, TraceRequest, implied_reuse
-from stress.scenario import MAX_USERS, Arrivals, Scenario, ThinkTime
+from stress.scenario import MAX_USERS, Arrivals, Limits, Scenario, ThinkTime
 from stress.tokens import count_tokens
 
 START_BATCH = 500
@@ -48,6 +46,62 @@ class RunCounters:
     requests: int = 0
     errors: int = 0
     tokens: int = 0
+
+
+class RecordSink(Protocol):
+    """Where the engine's requests and events go: the run's ``Recorder``, or in a worker
+    process the pipe to the parent's (``stress.worker``)."""
+
+    def request_started(self, rec: RequestRecord) -> None: ...
+
+    def write_request(
+        self, rec: RequestRecord, token_times: array[float] | None = None
+    ) -> None: ...
+
+    def event(self, ev: RunEvent) -> None: ...
+
+
+class LiveSink(Protocol):
+    """The live state the engine updates: ``stress.live.Live``, or a worker's pipe."""
+
+    phase: str
+    open_loop: bool
+    backlog: int
+
+    def on_send(self, rec: RequestRecord) -> None: ...
+
+    def on_record(self, rec: RequestRecord, t_end: float) -> None: ...
+
+    def set_state(self, user: int, state: str, until: float | None = None) -> None: ...
+
+    def on_arrival(self, t: float) -> None: ...
+
+    def start_session(self, user: int) -> None: ...
+
+    def end_session(self, user: int, admitted: bool = True) -> None: ...
+
+
+def count_request(c: RunCounters, rec: RequestRecord, lim: Limits) -> str | None:
+    """Add a finished request to the run's totals; the limit it crossed, if any."""
+    c.requests += 1
+    if rec.outcome == "error" and rec.error_class != "cancelled":
+        c.errors += 1
+    c.tokens += (rec.prompt_tokens or rec.prompt_tokens_est) + rec.completion_tokens
+    if lim.max_total_tokens is not None and c.tokens >= lim.max_total_tokens:
+        return "limit: max_total_tokens"
+    if (
+        lim.max_error_rate is not None
+        and c.requests >= lim.min_requests
+        and c.errors / c.requests > lim.max_error_rate
+    ):
+        return "limit: max_error_rate"
+    return None
+
+
+def shard_users(count: int, shard: tuple[int, int]) -> range:
+    """The users of shard ``(k, n)``: user u runs in worker u % n (global ids kept)."""
+    k, n = shard
+    return range(k, count, n)
 
 
 @dataclass(slots=True)
@@ -119,8 +173,8 @@ class Engine:
         self,
         scenario: Scenario,
         client: ChatClient,
-        recorder: Recorder,
-        live: Live,
+        recorder: RecordSink,
+        live: LiveSink,
         corpus: Corpus | None,
         model: str,
         run_nonce: str,
@@ -130,8 +184,16 @@ class Engine:
         phase: str = "main",
         counters: RunCounters | None = None,
         trace: list[TraceRequest] | None = None,
+        shard: tuple[int, int] = (0, 1),
+        limits: bool = True,
     ) -> None:
         self.sc = scenario
+        self.shard = shard
+        """(k, n): this engine runs the users u with u % n == k (``stress.worker``)."""
+        self._users = shard_users(scenario.users.count, shard)
+        self._limits = limits
+        """Apply ``scenario.limits`` here (False: the parent process applies them to the
+        whole run's records, ``stress.pool``)."""
         self.trace = trace or []
         """The requests of ``scenario.replay``'s trace (stress.replay)."""
         self.client = client
@@ -186,7 +248,9 @@ class Engine:
         for task in self._tasks:
             task.cancel()
 
-    async def run(self) -> EngineResult:
+    async def run(self, t_phase: float | None = None) -> EngineResult:
+        """Run the phase; ``t_phase``: its start (perf time) when several processes share
+        it, so every worker's ramp-up counts from the same instant."""
         sc = self.sc
         loop = asyncio.get_running_loop()
         await self._build_histories()
@@ -196,7 +260,7 @@ class Engine:
         arrivals = sc.arrivals
         warm = self._warm_rounds or (arrivals is not None and arrivals.warmup > 0)
         self._show("warmup" if warm else "running")
-        self._t_phase = time.perf_counter()
+        self._t_phase = max(t_phase or 0.0, time.perf_counter())
         self._tasks = []
         warm_end = None
         if arrivals is not None and arrivals.warmup > 0:
@@ -213,7 +277,7 @@ class Engine:
         if sc.replay is not None:
             pass
         elif arrivals is None:
-            for u in range(len(self._tasks), sc.users.count):  # stopped before their turn came
+            for u in self._users[len(self._tasks) :]:  # stopped before their turn came
                 self.live.set_state(u, "done")
         else:
             self._drop_backlog()
@@ -260,24 +324,32 @@ class Engine:
     async def _start_users(self) -> None:
         """Start each user's task when its ramp-up offset comes, in batches that yield to
         the loop: ten thousand users never hold the loop (or Ctrl-C) for long."""
-        n = self.sc.users.count
-        for u in range(n):
+        users = self._users
+        for i, u in enumerate(users):
             if self.stop_new.is_set():
                 return
             if self._ramp_time(u) - time.perf_counter() > START_SLACK_S:
                 if not await self._sleep_until(self._ramp_time(u)):
                     return
-            elif u % START_BATCH == START_BATCH - 1:
+            elif i % START_BATCH == START_BATCH - 1:
                 await asyncio.sleep(0)
             self._tasks.append(asyncio.create_task(self._user(u), name=f"user-{u}"))
-        late = max(0.0, time.perf_counter() - self._ramp_time(n - 1))
+        if not users:
+            return
+        n = len(users)
+        late = max(0.0, time.perf_counter() - self._ramp_time(users[-1]))
+        k, of = self.shard
+        whose = f" of worker {k}/{of}" if of > 1 else ""
+        data: dict[str, Any] = {"users": n, "late_s": round(late, 3), "phase": self.phase}
+        if of > 1:
+            data["worker"] = k
         self.recorder.event(
             RunEvent(
                 self.now(),
                 "users_started",
-                f"all {n} users started ({late:.2f}s after the last one was due)",
+                f"all {n} users{whose} started ({late:.2f}s after the last one was due)",
                 "info",
-                data={"users": n, "late_s": round(late, 3), "phase": self.phase},
+                data=data,
             )
         )
 
@@ -400,18 +472,18 @@ class Engine:
             return
         self._show("building histories")
         t = time.perf_counter()
-        users = self.sc.users.count
+        users = self._users
         batch = 4 * START_BATCH
-        for first in range(0, users, batch):
+        for first in range(0, len(users), batch):
             if self.stop_new.is_set():
                 return
+            part = users[first : first + batch]
             built = await asyncio.gather(
-                *(
-                    asyncio.to_thread(self._history, u, start)
-                    for u in range(first, min(users, first + batch))
-                )
+                *(asyncio.to_thread(self._history, u, start) for u in part)
             )
-            self._histories.update((u, h) for u, h in enumerate(built, first) if h is not None)
+            self._histories.update(
+                (u, h) for u, h in zip(part, built, strict=True) if h is not None
+            )
         if not self._histories:
             return
         self._warm_rounds = max(self._warm_rounds, 1)  # for the live view's state only
@@ -614,7 +686,7 @@ class Engine:
             done[0] = rnd
             if rnd == self._warm_rounds + 1 and self._warm_rounds and sc.arrivals is None:
                 self._past_warmup += 1
-                if self._past_warmup == sc.users.count and not self.stop_new.is_set():
+                if self._past_warmup == len(self._users) and not self.stop_new.is_set():
                     self._show("running")
             excerpt = None
             pastes = conv_spec.turn.paste_on == "every" or conv.turns == 0
@@ -721,20 +793,10 @@ class Engine:
         self._request_events(rec)
         self.live.on_record(rec, self.now())
         self._requests += 1
-        c = self.counters
-        c.requests += 1
-        if rec.outcome == "error" and rec.error_class != "cancelled":
-            c.errors += 1
-        c.tokens += (rec.prompt_tokens or rec.prompt_tokens_est) + rec.completion_tokens
-        lim = self.sc.limits
-        if lim.max_total_tokens is not None and c.tokens >= lim.max_total_tokens:
-            self.request_stop("limit: max_total_tokens")
-        if (
-            lim.max_error_rate is not None
-            and c.requests >= lim.min_requests
-            and c.errors / c.requests > lim.max_error_rate
-        ):
-            self.request_stop("limit: max_error_rate")
+        if self._limits:
+            reason = count_request(self.counters, rec, self.sc.limits)
+            if reason is not None:
+                self.request_stop(reason)
 
     def _request_events(self, rec: RequestRecord) -> None:
         """One event per failed, empty or stalled request, for events.jsonl and the panel."""

@@ -33,6 +33,9 @@ EventKind = Literal[
     "stall",  # error: stall or first_token_timeout; data {error_class, max_gap_s}
     "context_exceeded",  # warning: the server refused the conversation as too long
     "user_crashed",  # error: a simulated user's task died (its request still has a record)
+    "worker_died",  # error: a worker process (--workers) ended without finishing; its
+    # requests in flight have worker_died records; data {worker, pid, returncode,
+    # in_flight, users}
     # the recorder and the collectors
     "recorder_failed",  # error: a run file cannot be written; data {stream, error}
     "collector_failed",  # error: a collector's task died; data {collector}

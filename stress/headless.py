@@ -3,7 +3,8 @@
 Prints a status line at a fixed interval and each notable event as it happens, without
 flooding the terminal:
 
-- run-level failures (``recorder_failed``, ``collector_failed``, ``user_crashed``) are
+- run-level failures (``recorder_failed``, ``collector_failed``, ``user_crashed``,
+  ``worker_died``) are
   printed at once, every one, and named in every later status line;
 - per-request events (``request_failed``, ``empty_reply``, ``stall``) are printed at most
   ``REQUEST_LINES`` per status interval, the rest counted in one "... and K more" line;
@@ -22,7 +23,7 @@ import asyncio
 import sys
 from collections import Counter
 from collections.abc import Callable
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 from stress.analysis.runfiles import sim_seconds
 from stress.durations import format_duration
@@ -124,6 +125,8 @@ class HeadlessPrinter:
             out.append("RECORDER FAILED: run files not written")
         if n := self._kinds["user_crashed"]:
             out.append(f"{n} user{'s' if n > 1 else ''} CRASHED")
+        if n := self._kinds["worker_died"]:
+            out.append(f"{n} worker{'s' if n > 1 else ''} DIED")
         if n := self._kinds["collector_failed"]:
             out.append(f"{n} collector{'s' if n > 1 else ''} FAILED")
         return out
@@ -185,6 +188,8 @@ class HeadlessPrinter:
         waits = self.longest_waits(s)
         if waits:
             parts.append(waits)
+        if s.workers:
+            parts.append(workers_text(s.workers))
         return " | ".join(parts)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -195,3 +200,20 @@ class HeadlessPrinter:
                 self.end_interval()
                 self.line(self.status(self.snapshot()))
         self.end_interval()
+
+
+def workers_text(workers: dict[int, dict[str, Any]]) -> str:
+    """``workers: w0 cpu 41% lag 3ms 88MiB, w1 DEAD``: each worker process's latest health,
+    so an overloaded (or dead) one shows while the run goes on."""
+    parts = []
+    for k, h in sorted(workers.items()):
+        if h.get("dead"):
+            parts.append(f"w{k} DEAD")
+        elif h.get("cpu_pct") is None:
+            parts.append(f"w{k} starting")
+        else:
+            parts.append(
+                f"w{k} cpu {h['cpu_pct']:.0f}% lag {h.get('loop_lag_ms_max') or 0:.0f}ms "
+                f"{h.get('rss_mib') or 0:.0f}MiB"
+            )
+    return "workers: " + ", ".join(parts)

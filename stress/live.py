@@ -42,7 +42,9 @@ STALL_CLASSES = frozenset({"stall", "first_token_timeout"})
 """Error classes counted as stalls per user (the same requests get a ``stall`` event)."""
 REQUEST_EVENT_KINDS = frozenset({"request_failed", "empty_reply", "stall"})
 """Per-request events: one per bad request, so a flood is possible; the UIs rate-limit them."""
-RUN_FAILURE_KINDS = frozenset({"recorder_failed", "collector_failed", "user_crashed"})
+RUN_FAILURE_KINDS = frozenset(
+    {"recorder_failed", "collector_failed", "user_crashed", "worker_died"}
+)
 """Run-level failures: always shown at once, never rate-limited."""
 
 
@@ -213,6 +215,9 @@ class Snapshot:
     """Sessions that left after being admitted (finished their rounds or were stopped)."""
     backlog: int = 0
     """Arrived sessions waiting for a slot (``arrivals.max_concurrent``)."""
+    workers: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """``--workers``: each worker process's latest health (pid, loop lag, CPU, RSS; ``dead``
+    once it died), by worker number; empty in a one-process run."""
 
     @property
     def clock_label(self) -> str:
@@ -254,6 +259,8 @@ class Live:
         self._buckets: deque[tuple[int, int]] = deque(maxlen=self.HISTORY)
         self.events: deque[RunEvent] = deque(maxlen=200)
         self.collectors: dict[str, Any] = {}
+        self.workers: dict[int, dict[str, Any]] = {}
+        """Worker processes' health (``stress.pool``), by worker number."""
 
     def _user(self, user: int) -> _UserState:
         u = self._users.get(user)
@@ -416,4 +423,5 @@ class Live:
             sessions_active=len(self._users) if self.open_loop else 0,
             sessions_done=self.sessions_done,
             backlog=self.backlog,
+            workers={k: dict(v) for k, v in self.workers.items()},
         )

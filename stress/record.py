@@ -31,6 +31,8 @@ ErrorClass = Literal[
     # reply (a Content-Type other than text/event-stream or application/json, e.g. text/html)
     "client_error",  # an unexpected exception inside stress's own request path: still one
     # record, with the message, never blamed on the server
+    "worker_died",  # the worker process running this request died (--workers): what the
+    # server answered is unknown; stress's failure, never blamed on the server
 ]
 
 

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import aiohttp
 
@@ -31,7 +31,7 @@ from stress.client import ChatClient, TimeoutPolicy
 from stress.collectors.base import Collector, RunClock
 from stress.corpus import Corpus
 from stress.engine import Engine, RunCounters
-from stress.errors import RecordingError, RunDirError
+from stress.errors import RecordingError, RunDirError, StressError
 from stress.events import QUIET_EVENT_KINDS, RunEvent
 from stress.hangs import GatedSink, HangGate
 from stress.headless import HeadlessPrinter, UiSink
@@ -39,7 +39,7 @@ from stress.live import Live
 from stress.preflight import preflight
 from stress.probe import check_users
 from stress.recorder import Recorder, new_run_dir, write_json
-from stress.scenario import LoadedScenario, Scenario, phase_plan, time_scaled
+from stress.scenario import LoadedScenario, Scenario, phase_plan, time_scaled, worker_count
 from stress.secrets import REDACTOR, safe_url
 from stress.target import Target, make_session, open_target
 from stress.tokens import get_tokenizer
@@ -47,8 +47,28 @@ from stress.tokens import get_tokenizer
 if TYPE_CHECKING:  # the end-of-run modules load when the run ends (docs/performance.md)
     from stress.analysis.analyze import Analysis
     from stress.metrics_export import MetricsExporter
+    from stress.pool import WorkerPool
 
 PACKAGES = ("aiohttp", "orjson", "numpy", "pydantic", "tiktoken", "uvloop", "nvidia-ml-py")
+
+
+class _Stoppable(Protocol):
+    """What Ctrl-C, the live view and the flusher stop: the engine, or the worker pool."""
+
+    def request_stop(self, reason: str) -> None: ...
+
+    def cancel_in_flight(self) -> None: ...
+
+
+def _check_shared_clock() -> None:
+    """Workers stamp times on the parent's run clock: ``perf_counter`` must be one clock
+    for every process of the machine (CLOCK_MONOTONIC, as on Linux), not per process."""
+    impl = time.get_clock_info("perf_counter").implementation
+    if "CLOCK_MONOTONIC" not in impl:
+        raise StressError(
+            f"--workers needs a clock shared by processes; perf_counter here is {impl} -- "
+            "fix: run with --workers 1 on this system"
+        )
 
 
 @dataclass(slots=True)
@@ -194,8 +214,29 @@ async def _run(
         0 if sc.arrivals else max(step.users.count for _, step in plan),
         time_scale=target.time_scale,
     )
+    nonce = uuid.uuid4().hex[:10]
+    counters = RunCounters()
+    n_workers = 1 if sc.arrivals or sc.replay else worker_count(original, os.cpu_count())
+    pool: WorkerPool | None = None
+    if n_workers > 1:  # started and set up before the run clock starts
+        _check_shared_clock()
+        from stress.pool import WorkerPool
+
+        pool = WorkerPool(
+            n_workers,
+            max(step.users.count for _, step in plan),
+            sc.limits,
+            counters,
+            lambda reason: printer.line(
+                f"[{clock.now():6.1f}s] stopping ({reason}): no new turns; finishing "
+                "requests in flight"
+            ),
+        )
+        pids = await pool.start(
+            _worker_config(loaded, plan, target, nonce, paste_scale, corpus_name)
+        )
     clock = RunClock.start()
-    engine_ref: list[Engine] = []
+    engine_ref: list[_Stoppable] = []
     printer: UiSink
     if ui == "tui":
         TuiSink = importlib.import_module("stress.tui").TuiSink  # Textual stays out of core
@@ -237,7 +278,6 @@ async def _run(
         recorder = Recorder(run_dir, on_event=on_event, clock=clock.now)
     else:  # each accepted request record also feeds the live metrics
         recorder = metrics.recorder(run_dir, on_event=on_event, clock=clock.now)
-    nonce = uuid.uuid4().hex[:10]
     manifest: dict[str, Any] = {
         "run_id": run_dir.name,
         "scenario": original.model_dump(mode="json"),
@@ -261,6 +301,8 @@ async def _run(
         "probe": probe_result.to_dict(),
         "probe_warnings": probe_warnings,
         "cache_isolation": f"run nonce {nonce} in every prompt's opening marker",
+        "workers": n_workers,
+        **({"worker_pids": pids} if pool is not None else {}),
         "start_time": clock.wall_t0,
         "end_time": None,
         "exit_reason": None,
@@ -270,6 +312,8 @@ async def _run(
     try:
         write_json(run_dir / "manifest.json", manifest)
     except OSError as e:
+        if pool is not None:
+            pool.kill()
         raise RecordingError(
             f"cannot write {run_dir}: {e.strerror or e} -- fix: free space or pass --out on "
             "another disk; nothing was sent"
@@ -284,7 +328,6 @@ async def _run(
         fresh_session=lambda: make_session(sc.peak_users + 4, sc.timeouts.connect, True),
         clock_t0=clock.t0_ns / 1e9,
     )
-    counters = RunCounters()
 
     def make_engine(label: str, step: Scenario) -> Engine:
         def on_stop(reason: str) -> None:
@@ -312,8 +355,16 @@ async def _run(
         engine_ref[:] = [engine]
         return engine
 
-    engine = make_engine(*plan[0])
+    if pool is not None:
+        pool.attach(recorder, live, clock)
+        engine_ref[:] = [pool]
+    else:
+        engine = make_engine(*plan[0])
     gate = HangGate(recorder.event)
+
+    def last_byte() -> float:  # when any stream of the run last received bytes
+        return max(client.last_byte, pool.last_byte) if pool is not None else client.last_byte
+
     collectors = _collectors(loaded, recorder, clock, session, target, server_kind, gate)
     stop_bg = asyncio.Event()
     background = [
@@ -327,7 +378,15 @@ async def _run(
     ]
     background.append(
         asyncio.create_task(
-            _monitor(live, collectors, client, gate, clock, sc.telemetry.hang_after, stop_bg)
+            _monitor(
+                live,
+                collectors,
+                last_byte,
+                gate,
+                clock,
+                sc.telemetry.hang_after,
+                stop_bg,
+            )
         )
     )
     loop = asyncio.get_running_loop()
@@ -388,7 +447,8 @@ async def _run(
             if i:
                 if interrupts:
                     break
-                engine = make_engine(label, step)
+                if pool is None:
+                    engine = make_engine(label, step)
                 recorder.event(
                     RunEvent(
                         clock.now(),
@@ -398,14 +458,18 @@ async def _run(
                         data={"phase": label},
                     )
                 )
-            result = await engine.run()
-            exit_reason = result.exit_reason
+            if pool is not None:
+                exit_reason = await pool.run_phase(i)
+            else:
+                exit_reason = (await engine.run()).exit_reason
             if exit_reason not in ("duration", "rounds", "done"):
                 break
     except BaseException as e:
         recorder.event(RunEvent(clock.now(), "run_crashed", f"{type(e).__name__}: {e}", "error"))
         raise
     finally:
+        if pool is not None:  # every worker's last records before the files close
+            await pool.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
@@ -421,11 +485,18 @@ async def _run(
         manifest["duration_s"] = clock.now()
         manifest["exit_reason"] = exit_reason
         results = {c.name: _safe_summary(c, live.completion_tokens) for c in collectors}
+        if pool is not None:  # the client is every process: the parent and its workers
+            from stress.collectors.client import merge_health
+
+            results["workers"] = pool.health()
+            results["client"] = merge_health([results["client"], *results["workers"].values()])
         # the manifest stays provenance; what the collectors measured is a result
         _guarded(
             printer, "collectors.json", lambda: write_json(run_dir / "collectors.json", results)
         )
         _guarded(printer, "manifest.json", lambda: write_json(run_dir / "manifest.json", manifest))
+        if pool is not None:
+            await pool.reap()
     if recorder.error is not None:
         raise _recording_error(run_dir, recorder)
     from stress.analysis.analyze import analyze  # not before: nothing in the run needs them
@@ -439,6 +510,28 @@ async def _run(
         print(REDACTOR.text(f"\n{render_summary(summary)}\n\nrun directory: {run_dir}"), flush=True)
         _write_report(run_dir, analysis[0])
     return RunOutcome(run_dir, summary, exit_reason)
+
+
+def _worker_config(
+    loaded: LoadedScenario,
+    plan: list[tuple[str, Scenario]],
+    target: Target,
+    nonce: str,
+    paste_scale: float,
+    corpus_name: str | None,
+) -> dict[str, Any]:
+    """What every worker runs (``stress.worker``): the plan's steps as this process runs
+    them, the target as resolved here (the key travels on the pipe, never in argv or the
+    environment) and the run nonce; the run clock's origin follows when it starts."""
+    return {
+        "plan": [[label, step.model_dump(mode="json")] for label, step in plan],
+        "url": target.url,
+        "headers": target.headers,
+        "model": target.model,
+        "nonce": nonce,
+        "paste_scale": paste_scale,
+        "corpus": str(loaded.resolve(corpus_name)) if corpus_name else None,
+    }
 
 
 def _load_text(sc: Scenario) -> str:
@@ -531,7 +624,7 @@ async def _run_collector(
 async def _monitor(
     live: Live,
     collectors: list[Collector],
-    client: ChatClient,
+    last_byte: Callable[[], float],
     gate: HangGate,
     clock: RunClock,
     hang_after: float,
@@ -551,7 +644,7 @@ async def _monitor(
             busy_since = None
         elif busy_since is None:
             busy_since = now
-        quiet = now - max(client.last_byte, busy_since or now)
+        quiet = now - max(last_byte(), busy_since or now)
         if live.in_flight > 0 and quiet >= hang_after:
             if hung_since is None:
                 hung_since = clock.now() - quiet

@@ -48,6 +48,10 @@ MAX_YAML_DEPTH = 64
 MAX_USERS = 10_000
 """Simulated users per process: one event loop cannot drive more (100,000 froze the
 process and ignored Ctrl-C); run several processes for more."""
+MAX_WORKERS = 256
+"""Worker processes of one run (``workers``): far above the cores of one machine."""
+USERS_PER_WORKER = 250
+"""``workers: auto``: one worker process per this many users (docs/scaling.md)."""
 MAX_TOKENS = 100_000_000
 """Tokens in one request (paste, ceiling, max_tokens): far above any model's context."""
 MAX_TOTAL_TOKENS = 2**53
@@ -745,6 +749,10 @@ class Scenario(_Model):
     """Optional sweep: run these steps one after another instead of one steady run."""
     seed: Int = Field(default=0, ge=0, le=2**63 - 1)
     """Seed of every random draw (pastes, questions, think times), for repeatable runs."""
+    workers: Annotated[Int, Field(ge=1, le=MAX_WORKERS)] | Literal["auto"] = 1
+    """Client processes on this machine that share the users (user u runs in worker
+    u % N); ``auto``: one per 250 users, at most the cores less one (docs/scaling.md).
+    Closed-loop ``users`` scenarios only."""
 
     @property
     def peak_users(self) -> int:
@@ -774,6 +782,13 @@ class Scenario(_Model):
                         f"`replay` sends the trace's requests; `{name}` does not apply -- fix: "
                         f"remove {name}",
                     )
+        if self.workers != 1 and (self.arrivals is not None or self.replay is not None):
+            field = "arrivals" if self.arrivals is not None else "replay"
+            raise _FieldError(
+                ("workers",),
+                f"workers applies to users: scenarios; {field} runs in one process -- fix: "
+                "drop workers (or --workers)",
+            )
         if self.arrivals is not None:
             if self.users != Users():
                 raise _FieldError(
@@ -1302,6 +1317,7 @@ def with_overrides(
     target: str | None = None,
     rounds: int | None = None,
     start_tokens: int | None = None,
+    workers: int | Literal["auto"] | None = None,
 ) -> LoadedScenario:
     """Apply CLI overrides and re-validate (so an override cannot bypass the checks);
     a refused override is one line naming the option."""
@@ -1318,7 +1334,10 @@ def with_overrides(
         data["rounds"] = rounds
     if target is not None:
         data["target"]["url"] = target
+    if workers is not None:
+        data["workers"] = workers
     options = {
+        ("workers",): "--workers",
         ("users", "count"): "--users",
         ("users",): "--users",
         ("duration",): "--duration",
@@ -1389,6 +1408,19 @@ def time_scaled(scenario: Scenario, scale: float) -> Scenario:
                 )
             ]
         ) from None
+
+
+def worker_count(scenario: Scenario, cpus: int | None) -> int:
+    """How many worker processes a run uses: ``workers``, or for ``auto`` one per
+    ``USERS_PER_WORKER`` users of the largest step, at most the cores less one (the parent
+    needs a core for the recorder and the live view) and at least 1; never more than the
+    users (a worker without a user would do nothing)."""
+    users = max([scenario.users.count, *(ph.users or 0 for ph in scenario.phases)])
+    if scenario.workers == "auto":
+        n = min(math.ceil(users / USERS_PER_WORKER), (cpus or 1) - 1)
+    else:
+        n = scenario.workers
+    return max(1, min(n, users))
 
 
 def phase_plan(scenario: Scenario) -> list[tuple[str, Scenario]]:

@@ -54,6 +54,7 @@ EXAMPLES: dict[str, Any] = {
     "duration": "60m",
     "rounds": 20,
     "seed": 42,
+    "workers": 4,
     "target.url": "${STRESS_TARGET:-http://127.0.0.1:8000}",
     "target.model": "Qwen/Qwen3-8B",
     "target.api_key_env": "STRESS_API_KEY",
@@ -146,6 +147,7 @@ _DURATION_UNIT = "seconds, or `250ms`, `30s`, `5m`, `1h30m`"
 UNITS: dict[str, str] = {
     "rounds": "rounds per user",
     "seed": "",
+    "workers": "processes",
     "users.count": "users",
     "conversation.ceiling_tokens": "tokens",
     "conversation.start_tokens": "tokens (server's count)",

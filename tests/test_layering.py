@@ -19,6 +19,9 @@ CORE = (
     "stress.live",
     "stress.headless",
     "stress.cli",
+    "stress.pool",
+    "stress.worker",
+    "stress.wire",
 )
 
 

@@ -19,6 +19,7 @@ FAIL_CODES = frozenset(
     {
         "no_requests",
         "users_crashed",
+        "workers_died",
         "recorder_failed",
         "records_lost",
         "measuring_noise",
@@ -219,6 +220,17 @@ def health_warnings(files: RunFiles) -> list[dict[str, str]]:
             f"({when}): the rest of the run had fewer users than the scenario asked for"
             + (f". First: {first}" if first else "")
             + ".",
+        )
+    died = [e for e in events if e["kind"] == "worker_died"]
+    if died:
+        lost = sum(int((e.get("data") or {}).get("in_flight") or 0) for e in died)
+        idle = sum(int((e.get("data") or {}).get("users") or 0) for e in died)
+        warn(
+            "workers_died",
+            f"{_plural(len(died), 'WORKER PROCESS', 'WORKER PROCESSES')} DIED (--workers): "
+            f"{_plural(lost, 'request')} in flight recorded as worker_died errors, and the "
+            f"{_plural(idle, 'user')} they ran sent nothing more: the rest of the run had "
+            f"fewer users than the scenario asked for. First: {died[0].get('message')}",
         )
     rec_failed = [e for e in events if e["kind"] == "recorder_failed"]
     if rec_failed or files.manifest.get("exit_reason") == "recorder_failed":

@@ -42,6 +42,8 @@ ERROR_HINTS = {
     "protocol": "not a chat-completion reply (unparseable HTTP, or e.g. an HTML page): check "
     "that target.url is an OpenAI-compatible server",
     "client_error": "a failure inside stress itself, not the server's: please report it",
+    "worker_died": "the stress worker process sending it died (--workers): stress's failure, "
+    "not the server's",
 }
 """What an error class means, for the classes a reader cannot guess."""
 
@@ -87,6 +89,8 @@ class HealthCounts:
     preemptions: float = 0.0
     hardware: int = 0
     users_crashed: int = 0
+    workers_died: int = 0
+    """Worker processes (``--workers``) that died during the run."""
     recorder_failed: int = 0
     collector_failed: int = 0
     incomplete: bool = False
@@ -106,6 +110,7 @@ def health_findings(c: HealthCounts) -> list[Finding]:
         (c.downs, "server_down", "server outage"),
         (c.hardware, "hardware", "hw error"),
         (c.users_crashed, "users_crashed", "crashed user"),
+        (c.workers_died, "workers_died", "dead worker"),
     ):
         if count:
             out.append(Finding("FAIL", code, _n(count, word)))
@@ -367,6 +372,7 @@ def make_verdict(run: RunData) -> Verdict:
             preemptions=preempt,
             hardware=sum(hw.values()),
             users_crashed=kinds["user_crashed"],
+            workers_died=kinds["worker_died"],
             recorder_failed=kinds["recorder_failed"],
             collector_failed=kinds["collector_failed"],
             incomplete=not run.complete,

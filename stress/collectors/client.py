@@ -383,3 +383,46 @@ class ClientHealthCollector(Collector):
             "warnings": self._warnings,
             "distorted": self._warnings > 0,
         }
+
+
+def merge_health(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One ``client`` summary for a run of several processes (the parent and its
+    ``--workers``): the worst process's lag and CPU, memory summed, overload counted over
+    all, distorted when any was. Each process's own summary stays in collectors.json's
+    ``workers``."""
+    parts = [p for p in parts if p.get("samples")]
+    if not parts:
+        return {}
+
+    def top(key: str) -> Any:
+        values = [p[key] for p in parts if p.get(key) is not None]
+        return max(values) if values else None
+
+    def total(key: str) -> Any:
+        values = [p[key] for p in parts if p.get(key) is not None]
+        return round(sum(values), 1) if values else None
+
+    probes = sum(p.get("probes") or 0 for p in parts)
+    lag_sum = sum((p.get("loop_lag_ms_mean") or 0.0) * (p.get("probes") or 0) for p in parts)
+    causes: Counter[str] = Counter()
+    for p in parts:
+        causes.update(p.get("overload_causes") or {})
+    return {
+        "samples": sum(p["samples"] for p in parts),
+        "probes": probes,
+        "probe_s": parts[0].get("probe_s"),
+        "loop_lag_ms_mean": round(lag_sum / probes, 3) if probes else None,
+        "loop_lag_ms_p50": top("loop_lag_ms_p50"),
+        "loop_lag_ms_p99": top("loop_lag_ms_p99"),
+        "loop_lag_ms_max": top("loop_lag_ms_max"),
+        "cpu_pct_mean": top("cpu_pct_mean"),
+        "cpu_pct_max": top("cpu_pct_max"),
+        "rss_mib_start": total("rss_mib_start"),
+        "rss_mib_end": total("rss_mib_end"),
+        "rss_mib_max": total("rss_mib_max"),
+        "overloaded_samples": sum(p.get("overloaded_samples") or 0 for p in parts),
+        "overload_causes": dict(causes),
+        "overload_cause": causes.most_common(1)[0][0] if causes else None,
+        "warnings": sum(p.get("warnings") or 0 for p in parts),
+        "distorted": any(p.get("distorted") for p in parts),
+    }

@@ -72,6 +72,7 @@ def judge(
         preemptions=float(num(server, "preemptions") or 0.0),
         hardware=hardware,
         users_crashed=kinds["user_crashed"],
+        workers_died=kinds["worker_died"],
         recorder_failed=kinds["recorder_failed"],
         collector_failed=kinds["collector_failed"],
         error_rate_limit=float(rate) if isinstance(rate, int | float) else DEFAULT_ERROR_RATE,

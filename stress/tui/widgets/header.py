@@ -73,7 +73,29 @@ def progress_line(header: dict[str, Any], s: Snapshot, compact: bool = False) ->
     t.append(f" · in flight {s.in_flight}")
     t.append(f" · TTFT p50 {f.secs(s.ttft_p50_recent)}")
     t.append(f" · out {f.rate(s.out_tok_s_recent)} tok/s")
+    if s.workers:
+        workers_part(t, s)
     return t
+
+
+def workers_part(t: Text, s: Snapshot) -> None:
+    """``--workers``: how many, the busiest one's CPU and loop lag (an overloaded worker
+    shows), and the dead ones in red."""
+    dead = sorted(k for k, h in s.workers.items() if h.get("dead"))
+    live = {
+        k: h for k, h in s.workers.items() if not h.get("dead") and h.get("cpu_pct") is not None
+    }
+    t.append(f" · workers {len(s.workers)}")
+    if live:
+        k, h = max(live.items(), key=lambda kv: float(kv[1]["cpu_pct"]))
+        lag = float(h.get("loop_lag_ms_max") or 0.0)
+        busy = float(h["cpu_pct"]) >= 90 or lag > 20
+        t.append(
+            f" (busiest w{k} {float(h['cpu_pct']):.0f}% lag {lag:.0f}ms)",
+            style="bold yellow" if busy else "",
+        )
+    if dead:
+        t.append(" " + ", ".join(f"w{k}" for k in dead) + " DEAD", style="bold red")
 
 
 def sessions_text(s: Snapshot, compact: bool = False) -> str:
