@@ -37,8 +37,7 @@ TEMPLATE = 8
 LEAD = 3
 """Of those, before the message's text (shared by every request)."""
 
-SCENARIO = """\
-name: replay_test
+SIM_TARGET = """\
 target:
   url: sim
   sim:
@@ -50,6 +49,11 @@ target:
     max_batched_tokens: 65536
     decode_tokens_per_s: 2000
     ground_truth_path: {gt}
+"""
+"""A simulator whose pool holds everything and whose prefill caches a request's blocks
+before the next one arrives."""
+
+SCENARIO = "name: replay_test\n" + SIM_TARGET + """\
 replay:
   trace: {trace}
   block_size: 512
@@ -208,18 +212,7 @@ def test_replay_excludes_users_and_scales_with_time(tmp_path: Path) -> None:
         load_scenario(p)
 
 
-RUN_SCENARIO = """\
-name: replay_source
-target:
-  url: sim
-  sim:
-    time_scale: {scale}
-    block_size: {sim_block}
-    kv_tokens: 1000000
-    max_model_len: 65536
-    prefill_tokens_per_s: 1000000
-    decode_tokens_per_s: 2000
-    ground_truth_path: {gt}
+RUN_SCENARIO = "name: replay_source\n" + SIM_TARGET + """\
 users: {{count: 3, ramp_up: 6s, think_time: {{min: 2s, max: 5s}}}}
 rounds: 4
 conversation:
