@@ -59,6 +59,8 @@ def length_top(loaded: LoadedScenario, spec: SearchSpec) -> int:
 
 SLOT_MARGIN = 64
 """Tokens of a slot kept for the chat template and the system prompt's framing."""
+QUESTION_TOKENS = 64
+"""Tokens allowed for a turn's question and its message framing."""
 
 
 def slot_history(step: LoadedScenario, slot_context: int) -> int:
@@ -69,25 +71,25 @@ def slot_history(step: LoadedScenario, slot_context: int) -> int:
     within the step and its turns fail, which measures the slot, not the load."""
     sc = step.scenario
     paste = sc.conversation.turn.paste
-    turn = (max(paste.tokens) if paste is not None else 0) + 64 + sc.request.max_tokens
-    return max(1, slot_context - (sc.rounds or 1) * turn - SLOT_MARGIN)
+    turn = (max(paste.tokens) if paste is not None else 0) + QUESTION_TOKENS
+    return max(1, slot_context - (sc.rounds or 1) * (turn + sc.request.max_tokens) - SLOT_MARGIN)
 
 
-def bound_by_slots(search: Search, step: Step, scenario: LoadedScenario) -> str | None:
-    """On the length axis, lower the search's maximum to what a llama.cpp slot holds once
-    a step has seen the slots (``scenario``: that step's); the sentence that says so, or
-    None when nothing changed."""
-    if not step.slot_context or search.unit != "tokens":
-        return None
-    top = slot_history(scenario, step.slot_context)
-    if top >= search.maximum:
-        return None
-    search.maximum = max(top, search.start)
-    search.bound = (
-        f"a llama.cpp slot holds {tokens(step.slot_context)} tokens: at most "
-        f"{tokens(search.maximum)} tokens of history with a turn and its reply"
+def slot_sentence(slot_context: int, top: int) -> str:
+    return (
+        f"a llama.cpp slot holds {tokens(slot_context)} tokens: at most {tokens(top)} tokens "
+        "of history with a turn and its reply"
     )
-    return search.bound
+
+
+def bound_by_slots(search: Search, slot_context: int, top: int) -> bool:
+    """On the length axis, lower the search's maximum to ``top``, the most history a
+    llama.cpp slot holds; True when that changed it (``search.bound`` says why)."""
+    if search.unit != "tokens" or top >= search.maximum:
+        return False
+    search.maximum = max(top, search.start)
+    search.bound = slot_sentence(slot_context, search.maximum)
+    return True
 
 
 def stop_text(search: Search) -> str:
@@ -219,13 +221,10 @@ async def run_search(
         write_json(root / "capacity.json", doc)
         write_search_report(root, doc)
 
-    slot_top: int | None = None  # llama.cpp: the most history a slot holds, once seen
+    slot: tuple[int, int] | None = None  # llama.cpp: (slot context, most history), once seen
     for length in lengths:
-        if slot_top is not None and length is not None and length > slot_top:
-            say(
-                f"{tokens(length)} tokens of history: not tried (a llama.cpp slot holds at "
-                f"most {tokens(slot_top)} tokens of history with a turn and its reply)"
-            )
+        if slot is not None and length is not None and length > slot[1]:
+            say(f"{tokens(length)} tokens of history: not tried ({slot_sentence(*slot)})")
             break
         search = make_search(loaded, settings)
         if grid and rows:  # a longer history holds no more users: start at the last answer
@@ -256,12 +255,12 @@ async def run_search(
                 summaries.append(outcome.summary)
             judge_step(step, summaries)
             search.steps.append(step)
-            if step.slot_context:
-                slot_top = slot_history(at_step, step.slot_context)
-            if (why := bound_by_slots(search, step, at_step)) is not None:
-                say(f"search bounded: {why}")
             where = f" at {tokens(length or 0)} tokens" if grid else at
             say(f"step {len(search.steps)}: {search.fmt(value)}{where} -> {step_text(step)}")
+            if step.slot_context:
+                slot = (step.slot_context, slot_history(at_step, step.slot_context))
+                if bound_by_slots(search, *slot):
+                    say(f"search bounded: {search.bound}")
             save()
         if grid:
             say(f"{tokens(length or 0)} tokens of history: {search.answer()}")
