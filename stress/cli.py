@@ -273,6 +273,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         workers=args.workers,
     )
+    open_loop = loaded.scenario.arrivals or loaded.scenario.replay
+    if args.ray is not None and open_loop:
+        print(
+            f"stress run: {args.scenario}: --ray applies to users: scenarios; "
+            f"{'arrivals' if loaded.scenario.arrivals else 'replay'} runs in one process "
+            "-- fix: drop --ray",
+            file=sys.stderr,
+        )
+        return 2
     _usable_out(Path(args.out))
     ui: Literal["headless", "tui"] = "headless"
     tty = sys.stdout.isatty() and sys.stdin.isatty()
@@ -291,6 +300,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 progress_interval=args.progress_interval,
                 ui=ui,
                 metrics=metrics,
+                ray=args.ray,
             )
         )
     finally:
@@ -415,6 +425,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         type=_workers_arg,
         help="client processes sharing the users (N or auto; default: the scenario's "
         "workers, 1); users: scenarios only (docs/scaling.md)",
+    )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run the workers as actors of a running Ray cluster (its head's host:port; "
+        "alone: the cluster this machine joined with `ray start`); needs stress[ray] "
+        "on every node (docs/scaling.md)",
     )
     p.add_argument(
         "--no-tui",

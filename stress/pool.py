@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from stress.collectors.base import RunClock
 from stress.engine import RunCounters, count_request, shard_users
@@ -46,10 +46,110 @@ QUIT_GRACE_S = 10.0
 _NORMAL_ENDS = ("duration", "rounds", "done")
 
 
+class Link(Protocol):
+    """How the parent reaches one worker: frames in (``reader``), frames out (``write``),
+    and the worker's end. A subprocess's pipes here (``ProcLink``); a Ray actor's socket
+    in ``stress.ray_pool``."""
+
+    pid: int
+    reader: asyncio.StreamReader
+    info: dict[str, Any]
+    """What the manifest keeps of this worker besides its pid (its node, for Ray)."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def kill(self) -> None: ...
+
+    async def wait(self) -> int | None:
+        """The worker's exit status once it has ended: 0, an exit code, minus a signal;
+        None where the status is unknown (a Ray actor that died)."""
+        ...
+
+    async def errors(self, lines: deque[str]) -> None:
+        """Collect the worker's stderr lines until it ends (for ``worker_died``)."""
+        ...
+
+    def why(self) -> str | None:
+        """What the platform said of the worker's end, where it says anything (Ray)."""
+        ...
+
+
+class Launcher(Protocol):
+    """Starts the workers of a run: local subprocesses here, Ray actors elsewhere."""
+
+    def prepare(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The config as this launcher's workers need it (what a node lacks, shipped)."""
+        ...
+
+    async def launch(self, n: int) -> list[Link]: ...
+
+    async def close(self) -> None: ...
+
+
+class ProcLink:
+    """A ``python -m stress.worker`` subprocess: frames on its stdin and stdout."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        self.proc = proc
+        self.pid = proc.pid
+        self.reader: asyncio.StreamReader = proc.stdout
+        self.info: dict[str, Any] = {}
+
+    def write(self, data: bytes) -> None:
+        stdin = self.proc.stdin
+        if stdin is None or stdin.is_closing():
+            return
+        with contextlib.suppress(OSError, RuntimeError):
+            stdin.write(data)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+
+    async def wait(self) -> int:
+        return await self.proc.wait()
+
+    async def errors(self, lines: deque[str]) -> None:
+        assert self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            text = line.decode("utf-8", "replace").strip()
+            if text:
+                lines.append(text)
+
+    def why(self) -> None:
+        return None
+
+
+class LocalLauncher:
+    """Workers as subprocesses of this machine (``--workers N``)."""
+
+    def prepare(self, config: dict[str, Any]) -> dict[str, Any]:
+        return config
+
+    async def launch(self, n: int) -> list[Link]:
+        links: list[Link] = []
+        for _ in range(n):
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "stress.worker",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                limit=1 << 22,
+            )
+            links.append(ProcLink(proc))
+        return links
+
+    async def close(self) -> None:
+        pass
+
+
 @dataclass(slots=True)
 class _Worker:
     k: int
-    proc: asyncio.subprocess.Process
+    link: Link
     users: range
     pid: int = 0
     flying: dict[int, RequestRecord] = field(default_factory=dict)
@@ -63,6 +163,8 @@ class _Worker:
     """The worker's ``ClientHealthCollector`` summary (from its ``bye``)."""
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    clock: dict[str, Any] = field(default_factory=dict)
+    """The clock's sync (skew and round trip, in ns) where one was measured (Ray)."""
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -76,8 +178,10 @@ class WorkerPool:
         limits: Limits,
         counters: RunCounters,
         on_stop: Callable[[str], None],
+        launcher: Launcher | None = None,
     ) -> None:
         self.n = n
+        self.launcher: Launcher = launcher or LocalLauncher()
         self.users = users
         self.recorder: Recorder | None = None
         self.live = Live(0)
@@ -90,7 +194,7 @@ class WorkerPool:
         self._announced: set[int] = set()
         self._phase = 0
         self._changed = asyncio.Event()
-        self._early_deaths: list[tuple[_Worker, int]] = []
+        self._early_deaths: list[tuple[_Worker, int | None]] = []
         """Workers that died setting up, before ``attach``: recorded there."""
 
     # --- starting ------------------------------------------------------------------------
@@ -99,22 +203,14 @@ class WorkerPool:
         """Start the workers and send each its part; their pids, once all are set up (or
         have died trying). Called before the run clock starts: the seconds the workers
         take to start (imports, tokenizer, corpus) are no part of the run's duration."""
-        for k in range(self.n):
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "stress.worker",
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                limit=1 << 22,
-            )
-            w = _Worker(k, proc, shard_users(self.users, (k, self.n)), pid=proc.pid)
+        config = self.launcher.prepare(config)
+        for k, link in enumerate(await self.launcher.launch(self.n)):
+            w = _Worker(k, link, shard_users(self.users, (k, self.n)), pid=link.pid)
             self.workers.append(w)
             self._send(w, {**config, "worker": k, "workers": self.n})
             w.tasks = [
                 asyncio.create_task(self._read(w), name=f"worker-{k}"),
-                asyncio.create_task(self._read_stderr(w), name=f"worker-{k}-stderr"),
+                asyncio.create_task(link.errors(w.stderr), name=f"worker-{k}-stderr"),
             ]
         for w in self.workers:
             ready = asyncio.ensure_future(w.ready.wait())
@@ -137,8 +233,12 @@ class WorkerPool:
     def kill(self) -> None:
         """End every worker now (the run could not start)."""
         for w in self.workers:
-            with contextlib.suppress(ProcessLookupError):
-                w.proc.kill()
+            w.link.kill()
+
+    def details(self) -> list[dict[str, Any]]:
+        """Where each worker ran (the manifest's fingerprint): pid, and for Ray its node
+        and the measured clock skew."""
+        return [{"worker": w.k, "pid": w.pid, **w.link.info, **w.clock} for w in self.workers]
 
     # --- stopping ------------------------------------------------------------------------
 
@@ -200,8 +300,7 @@ class WorkerPool:
                 break
         for w in self.workers:
             if w.alive and not w.said_bye:
-                with contextlib.suppress(ProcessLookupError):
-                    w.proc.kill()
+                w.link.kill()
         # a killed worker's in-flight requests get their records when its pipe ends
         await asyncio.gather(
             *(w.tasks[0] for w in self.workers if w.tasks and not w.said_bye),
@@ -212,12 +311,12 @@ class WorkerPool:
         """Wait for the workers' processes to exit (after their bye: no part of the run's
         duration), killing any that linger."""
         tasks = [t for w in self.workers for t in w.tasks]
-        if not tasks:
-            return
-        _, pending = await asyncio.wait(tasks, timeout=QUIT_GRACE_S)
-        if pending:
-            self.kill()
-            await asyncio.gather(*pending, return_exceptions=True)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=QUIT_GRACE_S)
+            if pending:
+                self.kill()
+                await asyncio.gather(*pending, return_exceptions=True)
+        await self.launcher.close()
 
     @property
     def last_byte(self) -> float:
@@ -234,23 +333,19 @@ class WorkerPool:
     # --- what the workers send ------------------------------------------------------------
 
     def _send(self, w: _Worker, msg: Any) -> None:
-        stdin = w.proc.stdin
-        if not w.alive or stdin is None or stdin.is_closing():
-            return
-        with contextlib.suppress(OSError, RuntimeError):
-            stdin.write(frame([msg]))
+        if w.alive:
+            w.link.write(frame([msg]))
 
     async def _read(self, w: _Worker) -> None:
-        assert w.proc.stdout is not None
         try:
-            while (msgs := await read_frame(w.proc.stdout)) is not None:
+            while (msgs := await read_frame(w.link.reader)) is not None:
                 for m in msgs:
                     self._apply(w, m)
         except Exception as e:  # a message this parent cannot apply: that worker ends
             w.error = f"the parent could not apply its message ({type(e).__name__}: {e})"
-            with contextlib.suppress(ProcessLookupError):
-                w.proc.kill()
-        rc = await w.proc.wait()
+            w.link.kill()
+        rc = await w.link.wait()
+        w.error = w.error or w.link.why()
         if not w.said_bye or w.flying:
             await asyncio.sleep(0.05)  # the last words on stderr, for the event
             if self.recorder is None:
@@ -260,18 +355,16 @@ class WorkerPool:
         w.alive = False
         self._changed.set()
 
-    async def _read_stderr(self, w: _Worker) -> None:
-        assert w.proc.stderr is not None
-        while line := await w.proc.stderr.readline():
-            text = line.decode("utf-8", "replace").strip()
-            if text:
-                w.stderr.append(text)
-
     def _apply(self, w: _Worker, m: list[Any]) -> None:
         op = m[0]
         if self.recorder is None:  # setting up: nothing but these comes before the clock
-            if op == "ready":
+            if op == "ping":  # the worker syncs its clock with ours (Ray: another machine)
+                self._send(w, ["pong", m[1], time.perf_counter_ns()])
+            elif op == "ready":
+                w.clock = m[1] if len(m) > 1 else {}
                 w.ready.set()
+            elif op == "hello":
+                w.pid = m[1]
             elif op == "err":
                 w.error = str(m[1])
             return
@@ -344,9 +437,12 @@ class WorkerPool:
         if reason is not None:
             self.request_stop(reason)
 
-    def _died(self, w: _Worker, rc: int) -> None:
+    def _died(self, w: _Worker, rc: int | None) -> None:
         w.alive = False
-        how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
+        if rc is None:
+            how = "its process ended"
+        else:
+            how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit code {rc}"
         said = [line for line in w.stderr if line.startswith("stress worker")]
         tail = said or list(w.stderr)
         why = w.error or (tail[-1] if tail else None)

@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # the end-of-run modules load when the run ends (docs/perform
     from stress.analysis.analyze import Analysis
     from stress.metrics_export import MetricsExporter
     from stress.pool import WorkerPool
+    from stress.ray_pool import RayLauncher
 
 PACKAGES = ("aiohttp", "orjson", "numpy", "pydantic", "tiktoken", "uvloop", "nvidia-ml-py")
 
@@ -137,10 +138,13 @@ async def execute(
     ui: Literal["headless", "tui"] = "headless",
     search: str | None = None,
     metrics: MetricsExporter | None = None,
+    ray: str | None = None,
 ) -> RunOutcome:
     """Run the scenario once into a new run directory under ``out_dir``; ``search`` is
     where a capacity search stands (the live view's header shows it); ``metrics``, when
-    given, serves the run's live Prometheus metrics (``stress.metrics_export``)."""
+    given, serves the run's live Prometheus metrics (``stress.metrics_export``); ``ray``,
+    when given, runs the workers as actors of the Ray cluster at that address (``""``:
+    the one this machine belongs to; ``stress.ray_pool``)."""
     sc = loaded.scenario
     users = sc.peak_users  # open loop: the session cap, else a bound from the rate
     limit = max(users, sc.connection.limit or 0) + 4
@@ -148,7 +152,7 @@ async def execute(
     try:
         async with open_target(loaded, session) as target:
             return await _run(
-                loaded, out_dir, session, target, progress_interval, ui, search, metrics
+                loaded, out_dir, session, target, progress_interval, ui, search, metrics, ray
             )
     finally:
         await session.close()
@@ -163,6 +167,7 @@ async def _run(
     ui: Literal["headless", "tui"],
     search: str | None = None,
     metrics: MetricsExporter | None = None,
+    ray: str | None = None,
 ) -> RunOutcome:
     original = loaded.scenario
     # what the engine runs, step by step, in wall seconds
@@ -203,23 +208,20 @@ async def _run(
     server_kind = sc.target.server
     if server_kind == "auto" and probe_result.kind in ("vllm", "sglang", "llamacpp"):
         server_kind = probe_result.kind
-    try:
-        run_dir = new_run_dir(out_dir, sc.name)
-    except OSError as e:
-        raise RunDirError(
-            f"cannot create a run directory in {out_dir}: {e.strerror or e} -- fix: pass --out "
-            "with a writable folder"
-        ) from None
-    live = Live(
-        0 if sc.arrivals else max(step.users.count for _, step in plan),
-        time_scale=target.time_scale,
-    )
     nonce = uuid.uuid4().hex[:10]
     counters = RunCounters()
     n_workers = 1 if sc.arrivals or sc.replay else worker_count(original, os.cpu_count())
+    launcher: RayLauncher | None = None
+    if ray is not None:
+        from stress.ray_pool import RayLauncher
+
+        launcher = RayLauncher.connect(ray or None)  # one line when it cannot
+        n_workers = worker_count(original, launcher.cpus)
+        launcher.check(n_workers, target.url)
     pool: WorkerPool | None = None
-    if n_workers > 1:  # started and set up before the run clock starts
-        _check_shared_clock()
+    if n_workers > 1 or launcher is not None:  # started and set up before the run clock
+        if launcher is None:
+            _check_shared_clock()
         from stress.pool import WorkerPool
 
         pool = WorkerPool(
@@ -231,10 +233,28 @@ async def _run(
                 f"[{clock.now():6.1f}s] stopping ({reason}): no new turns; finishing "
                 "requests in flight"
             ),
+            launcher,
         )
-        pids = await pool.start(
-            _worker_config(loaded, plan, target, nonce, paste_scale, corpus_name)
-        )
+        try:
+            await pool.start(_worker_config(loaded, plan, target, nonce, paste_scale, corpus_name))
+        except BaseException:
+            pool.kill()
+            if launcher is not None:
+                await launcher.close()
+            raise
+    try:
+        run_dir = new_run_dir(out_dir, sc.name)
+    except OSError as e:
+        if pool is not None:
+            pool.kill()
+        raise RunDirError(
+            f"cannot create a run directory in {out_dir}: {e.strerror or e} -- fix: pass --out "
+            "with a writable folder"
+        ) from None
+    live = Live(
+        0 if sc.arrivals else max(step.users.count for _, step in plan),
+        time_scale=target.time_scale,
+    )
     clock = RunClock.start()
     engine_ref: list[_Stoppable] = []
     printer: UiSink
@@ -302,7 +322,9 @@ async def _run(
         "probe_warnings": probe_warnings,
         "cache_isolation": f"run nonce {nonce} in every prompt's opening marker",
         "workers": n_workers,
-        **({"worker_pids": pids} if pool is not None else {}),
+        **({"worker_pids": [w.pid for w in pool.workers]} if pool is not None else {}),
+        **({"worker_details": pool.details()} if pool is not None else {}),
+        **({"ray": {"address": launcher.address, "nodes": launcher.nodes()}} if launcher else {}),
         "start_time": clock.wall_t0,
         "end_time": None,
         "exit_reason": None,

@@ -9,8 +9,11 @@ thousands of tokens.
 
 Worker -> parent (``stress.worker`` writes, ``stress.pool`` applies)::
 
-    ["hello", pid]                       started; the pipe works
-    ["ready"]                            set up (session, corpus, tokenizer): send "go"
+    ["hello", pid]                       started; the pipe works (over TCP, a Ray
+                                         worker adds its token and node: stress.ray_pool)
+    ["ping", t_ns]                       syncing its clock with the parent's (Ray only)
+    ["ready", clock]                     set up (session, corpus, tokenizer): send "go";
+                                         clock: the measured skew and round trip, or {}
     ["s", seq, record]                   a request is about to be sent (in flight)
     ["f", last_byte, [[seq, t_sched, t_start, ttft_s, chunks_content, chunks_reasoning,
           t_last_byte, request_id], ...]]   in-flight progress (what the live view reads)
@@ -28,7 +31,10 @@ Worker -> parent (``stress.worker`` writes, ``stress.pool`` applies)::
 Parent -> worker::
 
     [config]                             the first frame: what to run (``stress.pool``)
+    ["pong", t_ns, parent_t_ns]          the answer to a ping: the parent's perf clock
+    ["clock", t0_ns, wall_t0]            the run clock's origin (perf ns) and wall time
     ["go", index, t_phase]               run phase ``index`` from perf time ``t_phase``
+                                         (the parent's clock; a worker subtracts its skew)
     ["stop", reason]                     no new turns; finish requests in flight
     ["cancel"]                           cancel requests in flight (each still recorded)
     ["quit"]                             no more phases: say bye and exit

@@ -23,8 +23,11 @@ import contextlib
 import fcntl
 import itertools
 import os
+import select
 import signal
+import socket
 import sys
+import tempfile
 import time
 from array import array
 from pathlib import Path
@@ -59,7 +62,7 @@ class Outbox:
         self.fd = fd
         self.batch: list[Any] = []
         self.broken = False
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # a pipe; a socket (Ray) has its own buffer
             fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_BYTES)
 
     def put(self, msg: list[Any]) -> None:
@@ -76,7 +79,10 @@ class Outbox:
         view = memoryview(frame(batch))
         try:
             while view:
-                view = view[os.write(self.fd, view) :]
+                try:
+                    view = view[os.write(self.fd, view) :]
+                except BlockingIOError:  # a socket the event loop made non-blocking
+                    select.select([], [self.fd], [])
         except OSError:  # the parent is gone: nothing more can be delivered
             self.broken = True
 
@@ -178,6 +184,9 @@ class Worker:
         self.plan = [(label, Scenario.model_validate(step)) for label, step in cfg["plan"]]
         self.t0 = 0.0
         """The run clock's origin (perf seconds), from the parent's ``clock`` message."""
+        self.skew_ns = 0
+        """The parent's perf clock less this process's (``sync_clock``): 0 on one machine,
+        where every process reads one CLOCK_MONOTONIC; measured for a Ray worker."""
         self.sink = PipeSink(out, self.t0, self.k)
         self.live = PipeLive(out)
         self.engine: Engine | None = None
@@ -206,8 +215,11 @@ class Worker:
 
     async def setup(self) -> None:
         tokenizer = get_tokenizer()
-        if self.cfg.get("corpus"):
-            self.corpus = await asyncio.to_thread(Corpus, Path(self.cfg["corpus"]), tokenizer)
+        root = self.cfg.get("corpus")
+        if self.cfg.get("corpus_files"):  # a node without the driver's files (Ray)
+            root = str(_unpack_corpus(self.cfg["corpus_files"], self.cfg["corpus_root"]))
+        if root:
+            self.corpus = await asyncio.to_thread(Corpus, Path(root), tokenizer)
 
     async def serve(self, reader: asyncio.StreamReader) -> None:
         stop_bg = asyncio.Event()
@@ -230,7 +242,8 @@ class Worker:
                     background.append(asyncio.create_task(self.health.run(stop_bg)))
                     background.append(asyncio.create_task(self._ticker(stop_bg)))
                 elif op == "go":
-                    phases.append(asyncio.create_task(self._phase(m[1], m[2])))
+                    t_phase = m[2] - self.skew_ns / 1e9  # on this process's clock
+                    phases.append(asyncio.create_task(self._phase(m[1], t_phase)))
                 elif op == "stop":
                     self.stop_reason = self.stop_reason or m[1]
                     if self.engine is not None:
@@ -250,6 +263,7 @@ class Worker:
         await self.session.close()
 
     def _start_clock(self, t0_ns: int, wall_t0: float) -> None:
+        t0_ns -= self.skew_ns  # the parent's origin, read on this process's clock
         self.clock = RunClock(t0_ns, wall_t0)
         self.t0 = self.client.t0 = self.sink.t0 = t0_ns / 1e9
 
@@ -289,8 +303,9 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), TICK_S)
             rows = self.sink.progress()
-            if rows:
-                self.out.put(["f", self.client.last_byte, rows])
+            if rows:  # the hang watch compares last_byte with the parent's perf clock
+                last_byte = self.client.last_byte + self.skew_ns / 1e9
+                self.out.put(["f", last_byte, rows])
             health = self.health.live() if self.health else {}
             if health and health != last_health:
                 last_health = health
@@ -298,28 +313,93 @@ class Worker:
             self.out.flush()
 
 
-async def _main(proto_fd: int) -> int:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 22)
-    stdin = os.fdopen(0, "rb", buffering=0)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
-    out = Outbox(proto_fd)
-    out.put(["hello", os.getpid()])
+SYNC_ROUNDS = 8
+"""Ping-pong exchanges when the clock is synced; the one with the shortest round trip is
+kept (its error is at most half that round trip)."""
+
+
+async def sync_clock(reader: asyncio.StreamReader, out: Outbox) -> tuple[int, int]:
+    """The parent's perf clock less this process's, in ns, and the round trip it was
+    measured with: NTP's estimate (the parent read its clock halfway through the exchange)
+    over ``SYNC_ROUNDS`` pings, the shortest round trip's."""
+    best: tuple[int, int] | None = None
+    for _ in range(SYNC_ROUNDS):
+        t1 = time.perf_counter_ns()
+        out.put(["ping", t1])
+        out.flush()
+        msgs = await read_frame(reader)
+        t2 = time.perf_counter_ns()
+        if not msgs or msgs[0][0] != "pong" or msgs[0][1] != t1:
+            raise ConnectionError("the parent did not answer the clock's ping")
+        rtt = t2 - t1
+        if best is None or rtt < best[1]:
+            best = (msgs[0][2] - (t1 + t2) // 2, rtt)
+    assert best is not None
+    return best
+
+
+async def _serve(reader: asyncio.StreamReader, out: Outbox, hello: list[Any]) -> int:
+    """Say hello, take the parent's config, set up, say ready, then serve the run."""
+    out.put(hello)
     out.flush()
     first = await read_frame(reader)
     if not first:
         return 1
     try:
         worker = Worker(first[0], out)
+        clock: dict[str, Any] = {}
+        if worker.cfg.get("sync_clock"):
+            worker.skew_ns, rtt = await sync_clock(reader, out)
+            clock = {"clock_skew_ns": worker.skew_ns, "clock_rtt_ns": rtt}
         await worker.setup()
     except Exception as e:
         out.put(["err", f"could not set up: {type(e).__name__}: {e}"[:500]])
         out.flush()
         return 1
-    out.put(["ready"])
+    out.put(["ready", clock])
     out.flush()
     await worker.serve(reader)
     return 0
+
+
+async def _main(proto_fd: int) -> int:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 22)
+    stdin = os.fdopen(0, "rb", buffering=0)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+    return await _serve(reader, Outbox(proto_fd), ["hello", os.getpid()])
+
+
+async def _connected(host: str, port: int, hello: list[Any]) -> int:
+    sock = socket.create_connection((host, port), timeout=30)
+    sock.settimeout(None)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BYTES)
+    reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 22)
+    try:  # the writer only keeps the transport; frames go out through the Outbox
+        return await _serve(reader, Outbox(sock.fileno()), hello)
+    finally:
+        writer.close()
+
+
+def run_connected(host: str, port: int, hello: list[Any]) -> int:
+    """A worker that reaches its parent over TCP (a Ray actor, ``stress.ray_pool``):
+    the same worker as ``python -m stress.worker``, one socket instead of two pipes."""
+    from stress.cli import run_async
+
+    return run_async(_connected(host, port, hello))
+
+
+def _unpack_corpus(files: dict[str, str], root_name: str) -> Path:
+    """The driver's corpus documents (``stress.ray_pool`` ships them), written under a
+    folder of this process's: the same names in the same order, so the same excerpts."""
+    base = Path(tempfile.mkdtemp(prefix="stress-corpus-"))
+    for rel, text in files.items():
+        path = base / root_name / rel if rel else base / root_name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return base / root_name
 
 
 def main() -> int:

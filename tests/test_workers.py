@@ -279,20 +279,21 @@ async def test_ctrl_c_once_finishes_every_workers_requests_in_flight(tmp_path: P
     assert not [e for e in _jsonl(run_dir / "events.jsonl") if e["kind"] == "worker_died"]
 
 
-def test_workers_are_refused_for_open_loop_scenarios(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flags", [["--workers", "2"], ["--ray", "127.0.0.1:1"]])
+def test_workers_are_refused_for_open_loop_scenarios(tmp_path: Path, flags: list[str]) -> None:
     path = tmp_path / "open.yaml"
     path.write_text(
         "name: open\ntarget: {url: sim}\narrivals: {rate: 10}\nduration: 1m\n"
         "conversation: {turn: {ask: [Hi.]}}\n"
     )
     proc = subprocess.run(
-        [*STRESS, "run", str(path), "--no-tui", "--out", str(tmp_path), "--workers", "2"],
+        [*STRESS, "run", str(path), "--no-tui", "--out", str(tmp_path), *flags],
         capture_output=True,
         text=True,
         timeout=START_UP_S,
     )
     assert proc.returncode == 2
-    assert "--workers" in proc.stderr and "fix:" in proc.stderr
+    assert flags[0] in proc.stderr and "arrivals" in proc.stderr and "fix:" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
