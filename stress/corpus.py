@@ -174,6 +174,20 @@ def check_corpus(root: Path) -> list[Path]:
     return files
 
 
+WORD_LOOKBACK = 16
+"""Tokens a cut may step back to end before a word (``Corpus._cut_paragraph``)."""
+
+
+def _decodes(tok: Tokenizer) -> bool:
+    """Whether the tokenizer has real token ids (encode, decode, per-token bytes)."""
+    try:
+        ids = tok.encode("a")
+        tok.token_bytes(ids[0])
+        return tok.decode(ids) == "a"
+    except (NotImplementedError, IndexError):
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class Excerpt:
     text: str
@@ -188,12 +202,15 @@ class _Doc:
     counts: list[int]
     ids: list[array[int] | None] = field(default_factory=list)
     """Each paragraph's token ids (None with the estimate tokenizer)."""
+    joins: list[int] = field(default_factory=list)
+    """Tokens the join after each paragraph adds (-1: not measured yet; ``_join_tokens``)."""
 
 
 class Corpus:
     def __init__(self, root: Path, tokenizer: Tokenizer | None = None) -> None:
         self.root = root
         self.tok = tokenizer or get_tokenizer()
+        self._has_ids = _decodes(self.tok)
         self.docs: list[_Doc] = []
         for path in corpus_files(root):
             if not has_text(path):
@@ -216,16 +233,56 @@ class Corpus:
             )
         self._weights = [sum(d.counts) for d in self.docs]
         self.total_tokens = sum(self._weights)
+        self._word_starts: dict[int, bool] = {}
+        """Whether each token seen at a cut opens a word (``_cut_paragraph``)."""
 
     def excerpt(self, rng: random.Random, lo: int, hi: int) -> Excerpt:
         """An excerpt of between ``lo`` and ``hi`` tokens (as counted by the tokenizer).
 
-        Paragraph counts are summed to get close, then the joined text is measured and
-        topped up or trimmed: tokens merge across paragraph joins, so sums are estimates.
+        With token ids (tiktoken) the count is kept exact as the excerpt grows, with no
+        encoding of the joined text (it was most of the CPU a request cost stress): each
+        whole paragraph adds its own count, each join the tokens that ``"\n\n"`` adds
+        after the paragraph before it (``_join_tokens``: cl100k's pre-tokenizer starts a
+        new piece after the newlines, so the next paragraph's tokens are its own), and a
+        paragraph cut short ends before a token that starts a word (``_cut_paragraph``).
+        Without ids (the estimate tokenizer) the joined text is measured and topped up.
         """
         target = rng.randint(lo, hi)
         d = rng.choices(range(len(self.docs)), weights=self._weights)[0]
         i = rng.randrange(len(self.docs[d].paragraphs))
+        if not self._has_ids:
+            return self._excerpt_measured(target, d, i, lo, hi)
+        sources = [self.docs[d].name]
+        parts: list[str] = []
+        n = 0
+        prev: tuple[_Doc, int] | None = None  # the last whole paragraph taken
+        while n < target:
+            doc = self.docs[d]
+            join = self._join_tokens(*prev) if prev is not None else 0
+            room = target - n - join
+            if doc.counts[i] > room:
+                if room >= 4 or not parts or (room >= 1 and n + join < lo):
+                    slack = min(WORD_LOOKBACK, target - lo)  # a cut short of lo: no
+                    text, m = self._cut_paragraph(doc, i, max(room, 1), slack)
+                    parts.append(text)
+                    n += join + m
+                break
+            parts.append(doc.paragraphs[i])
+            n += join + doc.counts[i]
+            prev = (doc, i)
+            i += 1
+            if i >= len(doc.paragraphs):
+                d, i = (d + 1) % len(self.docs), 0
+                sources.append(self.docs[d].name)
+        text = "\n\n".join(parts)
+        if n > hi:  # a cut that re-encodes one token longer, at the very top of the range
+            text = self._cut(text, hi)
+            n = self.tok.count(text)
+        return Excerpt(text=text, tokens=n, source="+".join(dict.fromkeys(sources)))
+
+    def _excerpt_measured(self, target: int, d: int, i: int, lo: int, hi: int) -> Excerpt:
+        """``excerpt`` for a tokenizer without ids: paragraph counts are summed to get
+        close, then the joined text is measured and topped up or trimmed."""
         sources = [self.docs[d].name]
         parts: list[str] = []
         n = 0
@@ -236,7 +293,7 @@ class Corpus:
                 para, count = doc.paragraphs[i], doc.counts[i]
                 if count > need:
                     if need >= 4 or not parts:
-                        parts.append(self._cut_paragraph(doc, i, need))
+                        parts.append(self._cut(para, need))
                     need = 0
                 else:
                     parts.append(para)
@@ -254,19 +311,41 @@ class Corpus:
             n = self.tok.count(text)
         return Excerpt(text=text, tokens=n, source="+".join(dict.fromkeys(sources)))
 
+    def _join_tokens(self, doc: _Doc, i: int) -> int:
+        """Tokens that ``"\n\n"`` adds after paragraph ``i`` (1, or 0 where it merges
+        with the paragraph's closing punctuation), measured once per paragraph."""
+        if not doc.joins:
+            doc.joins = [-1] * len(doc.paragraphs)
+        n = doc.joins[i]
+        if n < 0:
+            n = doc.joins[i] = self.tok.count(doc.paragraphs[i] + "\n\n") - doc.counts[i]
+        return n
+
     def _ids(self, text: str) -> array[int] | None:
         """A paragraph's token ids, kept so a cut needs no second encoding (~4 bytes a
         token); None for the estimate tokenizer, which has no ids."""
-        try:
-            return array("I", self.tok.encode(text))
-        except NotImplementedError:
-            return None
+        return array("I", self.tok.encode(text)) if self._has_ids else None
 
-    def _cut_paragraph(self, doc: _Doc, i: int, n_tokens: int) -> str:
-        ids = doc.ids[i] if i < len(doc.ids) else None
-        if ids is None:
-            return self._cut(doc.paragraphs[i], n_tokens)
-        return self.tok.decode(ids[:n_tokens].tolist()).rstrip("\ufffd")
+    def _cut_paragraph(
+        self, doc: _Doc, i: int, n_tokens: int, slack: int
+    ) -> tuple[str, int]:
+        """Paragraph ``i`` cut to at most ``n_tokens`` tokens, and its exact count. The
+        cut falls before a token that opens a word (a space and then no space: the start
+        of a pre-tokenizer piece), at most ``slack`` tokens short, so the text encodes to
+        exactly the tokens kept; where none is that near (Chinese has few spaces), the
+        cut text is measured."""
+        ids = doc.ids[i]
+        assert ids is not None
+        word = self._word_starts
+        for j in range(n_tokens, max(n_tokens - slack - 1, 0), -1):
+            opens = word.get(ids[j])
+            if opens is None:
+                piece = self.tok.token_bytes(ids[j])
+                opens = word[ids[j]] = len(piece) > 1 and piece[0] == 32 and piece[1] > 32
+            if opens:
+                return self.tok.decode(ids[:j].tolist()), j
+        text = self.tok.decode(ids[:n_tokens].tolist()).rstrip("\ufffd")
+        return text, self.tok.count(text)
 
     def _cut(self, text: str, n_tokens: int) -> str:
         try:

@@ -37,6 +37,8 @@ class Tokenizer(Protocol):
 
     def decode(self, tokens: list[int]) -> str: ...
 
+    def token_bytes(self, token: int) -> bytes: ...
+
     def count(self, text: str) -> int: ...
 
 
@@ -75,6 +77,9 @@ class TiktokenTokenizer:
     def decode(self, tokens: list[int]) -> str:
         return self._enc.decode(tokens)
 
+    def token_bytes(self, token: int) -> bytes:
+        return self._enc.decode_single_token_bytes(token)
+
     def count(self, text: str) -> int:
         return len(self._enc.encode_ordinary(text))
 
@@ -101,6 +106,9 @@ class EstimateTokenizer:
 
     def decode(self, tokens: list[int]) -> str:
         raise NotImplementedError("the estimate tokenizer cannot decode")
+
+    def token_bytes(self, token: int) -> bytes:
+        raise NotImplementedError("the estimate tokenizer has no tokens")
 
     def count(self, text: str) -> int:
         return max(1, len(self.encode(text))) if text else 0

@@ -9,7 +9,7 @@ import pytest
 
 from stress.corpus import Corpus, check_corpus, corpus_files
 from stress.errors import CorpusError
-from stress.tokens import count_tokens
+from stress.tokens import EstimateTokenizer, count_tokens
 
 CORPORA = Path(__file__).resolve().parents[1] / "corpora"
 
@@ -40,6 +40,27 @@ def test_excerpts_stay_within_budget(lang: str) -> None:
             assert lo * 0.95 <= ex.tokens <= hi, (lang, lo, hi, ex.tokens)
             assert ex.tokens == count_tokens(ex.text)
             assert "\ufffd" not in ex.text
+
+
+@pytest.mark.parametrize("lang", ["en", "es", "zh", "pl"])
+def test_excerpt_counts_are_exact_without_encoding_the_excerpt(lang: str) -> None:
+    # the count is built from paragraph counts, join tokens and word-boundary cuts; it
+    # must equal the tokenizer's count of the text, every time
+    corpus = Corpus(CORPORA / lang)
+    rng = random.Random(11)
+    for lo, hi in [(150, 250), (20, 40), (600, 900)]:
+        for _ in range(200):
+            ex = corpus.excerpt(rng, lo, hi)
+            assert ex.tokens == count_tokens(ex.text), (lang, lo, hi)
+            assert lo * 0.95 <= ex.tokens <= hi
+
+
+def test_excerpts_with_the_estimate_tokenizer() -> None:
+    corpus = Corpus(CORPORA / "en", EstimateTokenizer())
+    rng = random.Random(2)
+    for _ in range(50):
+        ex = corpus.excerpt(rng, 150, 250)
+        assert ex.tokens == corpus.tok.count(ex.text) and 140 <= ex.tokens <= 250
 
 
 def test_excerpt_longer_than_a_document_runs_on(tmp_path: Path) -> None:

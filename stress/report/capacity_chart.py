@@ -97,7 +97,8 @@ def capacity_chart(a: CapacityAnswer, limits: Limits, seconds: str = "s") -> Cha
             xlabel,
             f"decode p50 ({rate})",
         )
-    axes[0][0].legend(fontsize=7, loc="upper left")
+    if axes[0][0].get_legend_handles_labels()[0]:  # no SLO, no limit line: nothing to name
+        axes[0][0].legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     return Chart(
         "capacity",
