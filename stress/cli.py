@@ -541,7 +541,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         nargs="?",
         const="",
         metavar="FILE",
-        help="Parquet (default RUN/requests.parquet; needs pyarrow: pip install 'stress[parquet]')",
+        help="Parquet (default RUN/requests.parquet; needs pyarrow: pip install '.[parquet]' "
+        "in the checkout)",
     )
     p.set_defaults(func=cmd_export, reads_runs=True)
 

@@ -10,7 +10,7 @@ exported TTFT or retention is the report's.
 ``COLUMNS`` is the one table of the columns: the writers, the Parquet schema and the table
 in docs/export.md (``python -m stress.export`` prints it; a test holds the docs equal)
 all come from it. CSV uses the standard library; Parquet needs pyarrow, an optional extra
-(``pip install 'stress[parquet]'``).
+(``pip install '.[parquet]'`` in the checkout).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from stress.errors import StressError
 
 Kind = Literal["int", "float", "str", "bool"]
 Value = int | float | str | bool | None
-PARQUET_HINT = "pip install 'stress[parquet]'"
+PARQUET_HINT = "pip install '.[parquet]' in the stress checkout"
 
 
 @dataclass(frozen=True, slots=True)

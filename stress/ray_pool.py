@@ -46,7 +46,10 @@ HELLO_TIMEOUT_S = 10.0
 """How long a connection may take to say who it is."""
 CORPUS_MAX_BYTES = 64 << 20
 """The most corpus text shipped to the nodes with each worker's config."""
-_FIX_INSTALL = "install the same stress with its ray extra on every node: pip install 'stress[ray]'"
+_FIX_INSTALL = (
+    "install the same stress with its ray extra on every node: pip install '.[ray]' in a "
+    "checkout of the same commit"
+)
 
 
 def _ray() -> Any:

@@ -131,7 +131,7 @@ def test_parquet_without_pyarrow_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     assert main(["export", str(run), "--parquet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "pip install 'stress[parquet]'" in err[0], err
+    assert len(err) == 1 and "pip install '.[parquet]'" in err[0], err
     assert not (run / "requests.parquet").exists()
 
 

@@ -526,7 +526,7 @@ def read_run_files(run_dir: Path) -> RunFiles:
             raise RunDirError(
                 f"{run_dir / 'requests.jsonl'}: record {n} has schema_version {version!r}; "
                 f"this stress reads up to {SCHEMA_VERSION} -- fix: upgrade stress "
-                "(`pip install -U stress`) to read this run"
+                "(`git pull && pip install .` in the checkout) to read this run"
             )
         clean, why = clean_request(r)
         if why:

@@ -34,7 +34,8 @@ def report_main(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise StressError(
             f"cannot draw the report's charts ({e.name} missing) -- fix: reinstall stress "
-            "(`pip install --force-reinstall stress`): matplotlib is one of its dependencies"
+            "(`pip install --force-reinstall .` in the checkout): matplotlib is one of its "
+            "dependencies"
         ) from None
     except OSError as e:
         raise RunDirError(
