@@ -422,3 +422,23 @@ def test_phases_run_in_step_across_workers(tmp_path: Path) -> None:
     # the second phase starts in every worker only after the first ended in all of them
     end_two = max(r["t_start"] + r["e2e_s"] for r in records if r["phase"] == "two")
     assert min(r["t_start"] for r in records if r["phase"] == "five") >= end_two
+
+
+@pytest.mark.timeout(600)  # bounded by the run's own subprocess timeout
+def test_a_run_wide_limit_counts_every_workers_records(tmp_path: Path) -> None:
+    # each request uses ~100-200 tokens; 3,000 in all is crossed after a few dozen
+    # requests spread over both workers, far before the scenario's 6 x 40 rounds
+    users, rounds = 6, 40
+    scenario, timeout = _scenario(tmp_path, users, rounds, think=1.0)
+    scenario.write_text(scenario.read_text() + "limits: {max_total_tokens: 3000}\n")
+    run_dir = _run(tmp_path, scenario, timeout, "--workers", "2")
+    records = _one_record_per_request_seen(run_dir, tmp_path / "gt.jsonl")
+    manifest = orjson.loads((run_dir / "manifest.json").read_bytes())
+    assert manifest["exit_reason"] == "limit: max_total_tokens"
+    assert len(records) < users * rounds
+    assert {r["user"] % 2 for r in records} == {0, 1}  # both workers' requests counted
+    used = [
+        (r["prompt_tokens"] or r["prompt_tokens_est"]) + r["completion_tokens"] for r in records
+    ]
+    assert sum(used) >= 3000
+    assert all(r["outcome"] == "ok" for r in records)  # in flight at the stop: finished
