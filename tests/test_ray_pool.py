@@ -10,7 +10,6 @@ here skips these tests with Ray's last words. Each run's timeout comes from its 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
@@ -21,7 +20,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -30,11 +28,10 @@ from tests.test_workers import (
     STRESS,
     _jsonl,
     _one_record_per_request_seen,
-    _read,
     _run_dir,
     _scenario,
     _shape,
-    _wait_for,
+    kill_worker_1_mid_run,
 )
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'stress[ray]')")
@@ -162,48 +159,11 @@ async def test_a_ray_worker_killed_mid_run_is_an_event_and_its_requests_have_rec
 ) -> None:
     users, rounds = 4, 6
     scenario, timeout = _scenario(tmp_path, users, rounds, reply=(160, 200), think=1.5)
-    proc = await asyncio.create_subprocess_exec(
-        *STRESS,
-        *("run", str(scenario), "--no-tui", "--out", str(tmp_path / "out"), "--fail-on", "never"),
-        *("--ray", cluster[0], "--workers", "2"),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **LOOPBACK, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
-    )
     deadline = time.monotonic() + timeout + RAY_START_S
-    try:
-
-        def pids() -> Any:
-            d = _run_dir(tmp_path)
-            m = _read(d / "manifest.json") if d else None
-            return m.get("worker_pids") if m else None
-
-        victim = (await _wait_for(proc, "the worker pids", pids, deadline))[1]
-        run_dir = _run_dir(tmp_path)
-        assert run_dir is not None
-
-        def streaming() -> bool:
-            path = run_dir / "requests.jsonl"
-            recs = _jsonl(path) if path.exists() else []
-            return sum(1 for r in recs if r["user"] % 2 == 1) >= 2
-
-        await _wait_for(proc, "worker 1's users to be under way", streaming, deadline)
-        os.kill(victim, signal.SIGKILL)  # the actor's process, on the second node
-        stdout, stderr = await asyncio.wait_for(proc.communicate(), deadline - time.monotonic())
-    finally:
-        if proc.returncode is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-    text = stdout.decode() + stderr.decode()
-    assert proc.returncode == 0, text
-    assert "Traceback" not in text
-    records = _one_record_per_request_seen(run_dir, tmp_path / "gt.jsonl")
-    (died,) = [e for e in _jsonl(run_dir / "events.jsonl") if e["kind"] == "worker_died"]
-    assert died["data"]["worker"] == 1 and died["data"]["pid"] == victim
-    lost = [r for r in records if r["error_class"] == "worker_died"]
-    assert len(lost) == died["data"]["in_flight"] >= 1
-    assert all(r["user"] % 2 == 1 for r in lost)
+    # worker 1's process is the Ray actor's, on the second node
+    run_dir, records, _ = await kill_worker_1_mid_run(
+        tmp_path, scenario, deadline, 2, "--ray", cluster[0], env=LOOPBACK
+    )
     for u in range(0, users, 2):  # worker 0's users played every round
         assert sorted(r["round"] for r in records if r["user"] == u) == list(range(1, rounds + 1))
     summary = orjson.loads((run_dir / "summary.json").read_bytes())

@@ -147,7 +147,9 @@ def test_three_workers_record_what_one_process_records(tmp_path: Path) -> None:
     assert not (one / "workers.jsonl").exists()
 
 
-async def _start(tmp: Path, scenario: Path, *args: str) -> asyncio.subprocess.Process:
+async def _start(
+    tmp: Path, scenario: Path, *args: str, env: dict[str, str] | None = None
+) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         *STRESS,
         "run",
@@ -160,7 +162,7 @@ async def _start(tmp: Path, scenario: Path, *args: str) -> asyncio.subprocess.Pr
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
         start_new_session=True,
     )
 
@@ -191,32 +193,35 @@ def _run_dir(tmp: Path) -> Path | None:
     return dirs[0] if dirs else None
 
 
-@pytest.mark.timeout(600)  # bounded by the run's own deadline
-async def test_a_worker_killed_mid_run_is_an_event_and_its_requests_have_records(
-    tmp_path: Path,
-) -> None:
-    users, rounds = 6, 6
-    # long replies: each user nearly always has a request in flight
-    scenario, timeout = _scenario(tmp_path, users, rounds, reply=(160, 200), think=1.5)
-    proc = await _start(tmp_path, scenario, "--workers", "3")
-    deadline = time.monotonic() + timeout
+async def kill_worker_1_mid_run(
+    tmp: Path,
+    scenario: Path,
+    deadline: float,
+    n: int,
+    *flags: str,
+    env: dict[str, str] | None = None,
+) -> tuple[Path, list[dict[str, Any]], dict[str, Any]]:
+    """Run with ``--workers n`` (and ``flags``), ``kill -9`` worker 1 once two of its users'
+    requests are recorded, and check what must hold whoever ran the workers: exit 0, one
+    record per request the server saw, one ``worker_died`` event naming worker 1 and its
+    pid, a ``worker_died`` record for each of its requests in flight and for no other user.
+    The run directory, the records and the event."""
+    proc = await _start(tmp, scenario, "--workers", str(n), *flags, env=env)
     try:
 
         def pids() -> list[int] | None:
-            d = _run_dir(tmp_path)
+            d = _run_dir(tmp)
             m = _read(d / "manifest.json") if d else None
             return m.get("worker_pids") if m else None
 
         victim = (await _wait_for(proc, "the worker pids", pids, deadline))[1]
-        run_dir = _run_dir(tmp_path)
+        run_dir = _run_dir(tmp)
         assert run_dir is not None
 
-        def streaming() -> bool:
-            # worker 1's users (1, 4) are under way, past their first round
-            recs = (
-                _jsonl(run_dir / "requests.jsonl") if (run_dir / "requests.jsonl").exists() else []
-            )
-            return sum(1 for r in recs if r["user"] % 3 == 1) >= 2
+        def streaming() -> bool:  # worker 1's users are under way, past their first round
+            path = run_dir / "requests.jsonl"
+            recs = _jsonl(path) if path.exists() else []
+            return sum(1 for r in recs if r["user"] % n == 1) >= 2
 
         await _wait_for(proc, "worker 1's users to be under way", streaming, deadline)
         os.kill(victim, signal.SIGKILL)
@@ -228,13 +233,25 @@ async def test_a_worker_killed_mid_run_is_an_event_and_its_requests_have_records
     text = stdout.decode() + stderr.decode()
     assert proc.returncode == 0, text
     assert "Traceback" not in text
-    records = _one_record_per_request_seen(run_dir, tmp_path / "gt.jsonl")
+    records = _one_record_per_request_seen(run_dir, tmp / "gt.jsonl")
     (died,) = [e for e in _jsonl(run_dir / "events.jsonl") if e["kind"] == "worker_died"]
     assert died["data"]["worker"] == 1 and died["data"]["pid"] == victim
-    assert died["data"]["returncode"] == -signal.SIGKILL
     lost = [r for r in records if r["error_class"] == "worker_died"]
     assert len(lost) == died["data"]["in_flight"] >= 1
-    assert all(r["user"] % 3 == 1 and r["outcome"] == "error" for r in lost)
+    assert all(r["user"] % n == 1 and r["outcome"] == "error" for r in lost)
+    return run_dir, records, died
+
+
+@pytest.mark.timeout(600)  # bounded by the run's own deadline
+async def test_a_worker_killed_mid_run_is_an_event_and_its_requests_have_records(
+    tmp_path: Path,
+) -> None:
+    users, rounds = 6, 6
+    # long replies: each user nearly always has a request in flight
+    scenario, timeout = _scenario(tmp_path, users, rounds, reply=(160, 200), think=1.5)
+    deadline = time.monotonic() + timeout
+    run_dir, records, died = await kill_worker_1_mid_run(tmp_path, scenario, deadline, 3)
+    assert died["data"]["returncode"] == -signal.SIGKILL
     # the other workers' users played every round
     for u in range(users):
         if u % 3 != 1:
