@@ -19,6 +19,7 @@ conversation is unique to its user exactly as a grown one is.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import uuid
@@ -39,6 +40,22 @@ MAX_CHARS_PER_TOKEN = 32
 its longest tokens ~30); a usage count that implies more is not the history's size."""
 MIN_PREBUILT_PASTE = 16
 """A last pre-built turn with less room than this asks without pasting."""
+
+
+@functools.lru_cache(maxsize=64)
+def _prompt_tokens(prompt: str) -> int:
+    return count_tokens(prompt)
+
+
+def _system_tokens(system: str, prompt: str) -> int:
+    """Tokens of a conversation's system message: its marker line plus the scenario's
+    system prompt, counted once per run (the marker ends with a newline, after which the
+    tokenizer starts a new piece, so the two counts add up exactly when the prompt opens
+    with no space)."""
+    marker = system[: len(system) - len(prompt)]
+    if not prompt or not marker.endswith("\n") or prompt[0].isspace():
+        return count_tokens(system)
+    return count_tokens(marker) + _prompt_tokens(prompt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +127,7 @@ class Conversation:
             system = f"[{uid[:10]} user {self.user} conversation {self.index}]\n"
             system += self.system_prompt
         self.messages = [{"role": "system", "content": system}]
-        self.tokens_est = count_tokens(system) + MESSAGE_OVERHEAD
+        self.tokens_est = _system_tokens(system, self.system_prompt) + MESSAGE_OVERHEAD
 
     def known_tokens(self) -> int:
         """Best estimate of the history length: server numbers where we have them."""

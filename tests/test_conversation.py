@@ -13,7 +13,7 @@ import pytest
 
 from stress.conversation import MESSAGE_OVERHEAD, Conversation, build_history
 from stress.corpus import Corpus
-from stress.tokens import get_tokenizer
+from stress.tokens import count_tokens, get_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 ASKS = ["Summarise the main points.", "What is the key argument?"]
@@ -128,3 +128,23 @@ def test_a_reply_the_usage_undercounts_is_counted_as_it_is() -> None:
     honest = conv.tokens_est
     conv.commit_turn("Q?", "x" * 262_144, "", prompt_tokens=80, user_tokens=2, reply_tokens=10)
     assert conv.last_reply_tokens > 10_000 and conv.tokens_est - honest > 10_000
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "You help.",
+        "",
+        " starts with a space",
+        "\nstarts with a newline",
+        "Ünïcödé: 你好, мир — and 12345 numbers.",
+        "'s a contraction first",
+        "--- a rule\n\nThen two paragraphs.",
+    ],
+)
+@pytest.mark.parametrize("cache", ["per_user", "shared", "cold"])
+def test_the_system_message_count_is_exact(prompt: str, cache: str) -> None:
+    # counted as marker + the prompt's count (once per run): must equal the whole count
+    for user, index in [(0, 1), (7, 3), (123, 45)]:
+        conv = Conversation(user, index, cache, "a1b2c3d4e5", prompt)  # type: ignore[arg-type]
+        assert conv.tokens_est == count_tokens(conv.messages[0]["content"]) + MESSAGE_OVERHEAD
