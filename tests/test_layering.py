@@ -40,7 +40,16 @@ def test_core_modules_do_not_import_textual() -> None:
     assert out.stdout.strip() == "", f"textual imported by the core: {out.stdout[:200]}"
 
 
-HEAVY = ("aiohttp", "numpy", "pydantic", "prometheus_client", "yaml", "textual", "matplotlib")
+HEAVY = (
+    "aiohttp",
+    "numpy",
+    "pydantic",
+    "prometheus_client",
+    "yaml",
+    "textual",
+    "matplotlib",
+    "ray",
+)
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["capacity", "--help"]])
@@ -65,6 +74,9 @@ def test_the_parser_imports_no_heavy_package(argv: list[str]) -> None:
 def test_lazily_loaded_commands_still_show_their_arguments(command: str) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "stress", command, "--help"],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     assert f"usage: stress {command}" in out and "--" in out.split("options:")[1]

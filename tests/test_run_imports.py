@@ -22,6 +22,8 @@ END_OF_RUN = (
     "stress.summary",
     "stress.metrics_export",
     "stress.tui",
+    "ray",  # --ray only: a one-process or --workers run never loads it
+    "stress.ray_pool",
 )
 
 
