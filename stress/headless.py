@@ -207,13 +207,14 @@ def workers_text(workers: dict[int, dict[str, Any]]) -> str:
     so an overloaded (or dead) one shows while the run goes on."""
     parts = []
     for k, h in sorted(workers.items()):
+        name = f"w{k}@{h['host']}" if h.get("host") else f"w{k}"  # a Ray worker's node
         if h.get("dead"):
-            parts.append(f"w{k} DEAD")
+            parts.append(f"{name} DEAD")
         elif h.get("cpu_pct") is None:
-            parts.append(f"w{k} starting")
+            parts.append(f"{name} starting")
         else:
             parts.append(
-                f"w{k} cpu {h['cpu_pct']:.0f}% lag {h.get('loop_lag_ms_max') or 0:.0f}ms "
+                f"{name} cpu {h['cpu_pct']:.0f}% lag {h.get('loop_lag_ms_max') or 0:.0f}ms "
                 f"{h.get('rss_mib') or 0:.0f}MiB"
             )
     return "workers: " + ", ".join(parts)

@@ -168,6 +168,12 @@ class _Worker:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
+def _where(w: _Worker) -> dict[str, Any]:
+    """The live view's name for where a worker runs: its host, for a Ray worker."""
+    host = w.link.info.get("host")
+    return {"host": host} if host else {}
+
+
 class WorkerPool:
     """N worker processes of one run, driven phase by phase (``run_phase``)."""
 
@@ -224,7 +230,7 @@ class WorkerPool:
         health sampling begins) and record any worker that died setting up."""
         self.recorder, self.live, self.clock = recorder, live, clock
         for w in self.workers:
-            live.workers[w.k] = {"pid": w.pid}
+            live.workers[w.k] = {"pid": w.pid, **_where(w)}
             self._send(w, ["clock", clock.t0_ns, clock.wall_t0])
         for w, rc in self._early_deaths:
             self._died(w, rc)
@@ -407,7 +413,7 @@ class WorkerPool:
             else:
                 recorder.write(m[1], m[2])
         elif op == "h":
-            self.live.workers[w.k] = {"pid": w.pid, **m[1]}
+            self.live.workers[w.k] = {"pid": w.pid, **_where(w), **m[1]}
         elif op == "x":
             self._announce(m[1])
         elif op == "d":

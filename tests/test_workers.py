@@ -338,18 +338,18 @@ def test_the_live_view_names_the_busiest_and_the_dead_worker() -> None:
     live = Live(3)
     live.workers = {
         0: {"pid": 1, "cpu_pct": 12.0, "loop_lag_ms_max": 2.0, "rss_mib": 88.0},
-        1: {"pid": 2, "cpu_pct": 97.0, "loop_lag_ms_max": 45.0, "rss_mib": 90.0},
+        1: {"pid": 2, "cpu_pct": 97.0, "loop_lag_ms_max": 45.0, "rss_mib": 90.0, "host": "gpu-b"},
         2: {"pid": 3, "dead": True},
     }
     s = live.snapshot(1.0)
     assert workers_text(s.workers) == (
-        "workers: w0 cpu 12% lag 2ms 88MiB, w1 cpu 97% lag 45ms 90MiB, w2 DEAD"
+        "workers: w0 cpu 12% lag 2ms 88MiB, w1@gpu-b cpu 97% lag 45ms 90MiB, w2 DEAD"
     )
     from rich.text import Text
 
     t = Text()
     workers_part(t, s)
-    assert t.plain == " · workers 3 (busiest w1 97% lag 45ms) w2 DEAD"
+    assert t.plain == " · workers 3 (busiest w1@gpu-b 97% lag 45ms) w2 DEAD"  # a Ray node
 
 
 def test_a_dead_worker_grades_fail_and_an_overloaded_one_distorts_the_client() -> None:

@@ -91,7 +91,8 @@ def workers_part(t: Text, s: Snapshot) -> None:
         lag = float(h.get("loop_lag_ms_max") or 0.0)
         busy = float(h["cpu_pct"]) >= 90 or lag > 20
         t.append(
-            f" (busiest w{k} {float(h['cpu_pct']):.0f}% lag {lag:.0f}ms)",
+            f" (busiest w{k}{'@' + str(h['host']) if h.get('host') else ''} "
+            f"{float(h['cpu_pct']):.0f}% lag {lag:.0f}ms)",
             style="bold yellow" if busy else "",
         )
     if dead:
