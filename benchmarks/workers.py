@@ -289,6 +289,8 @@ def run_stress(args: argparse.Namespace, scenario: Path, n: int, repeat: int, tm
     cmd = ["taskset", "-c", cpu_text(args.client), sys.executable, "-m", "stress", "run"]
     cmd += [str(scenario), "--no-tui", "--workers", str(n), "--users", str(args.users)]
     cmd += ["--duration", f"{args.duration:g}s", "--out", str(out), "--fail-on", "never"]
+    if args.ray:  # the workers are Ray actors: the raylet's children, not sampled here
+        cmd += ["--ray", args.ray]
     log = tmp / "stdout.txt"
     run = Run(n, repeat)
     with log.open("wb") as fh:
@@ -516,6 +518,12 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600, help="seconds a run may overrun")
     ap.add_argument("--target", type=float, default=6.0, help="the ratio the top level must reach")
     ap.add_argument("--keep", type=Path, help="copy every run directory here")
+    ap.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the workers as actors of this Ray cluster (`ray start --head` it pinned with "
+        "taskset to the client cpus); their CPU is then not in the figures, only the parent's",
+    )
     args = ap.parse_args()
     default_cpus(args)
     if args.keep is not None:
