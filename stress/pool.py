@@ -237,9 +237,15 @@ class WorkerPool:
         self._early_deaths.clear()
 
     def kill(self) -> None:
-        """End every worker now (the run could not start)."""
+        """End every worker now."""
         for w in self.workers:
             w.link.kill()
+
+    async def abort(self) -> None:
+        """The run could not start: end every worker and let go of where they ran (a Ray
+        cluster's CPUs)."""
+        self.kill()
+        await self.launcher.close()
 
     def details(self) -> list[dict[str, Any]]:
         """Where each worker ran (the manifest's fingerprint): pid, and for Ray its node

@@ -102,7 +102,7 @@ class RayLink:
         self,
         ray: Any,
         actor: Any,
-        ref: Any,
+        ended: asyncio.Future[Any],
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         pid: int,
@@ -113,8 +113,9 @@ class RayLink:
         self.pid = pid
         self.info = {k: info.get(k) for k in ("node", "host", "ip")}
         self._why: str | None = None
-        self.ended: asyncio.Future[Any] = asyncio.wrap_future(ref.future())
-        self.ended.add_done_callback(self._on_end)
+        self.ended = ended
+        """The actor's ``run`` call: its exit status, or Ray's error when it died."""
+        ended.add_done_callback(self._on_end)
 
     def _on_end(self, fut: asyncio.Future[Any]) -> None:
         if fut.cancelled() or fut.exception() is None:
@@ -273,7 +274,7 @@ class RayLauncher:
                         f"{info.get('stress')}, this machine {stress.__version__} -- fix: "
                         f"{_FIX_INSTALL}"
                     )
-                self.links.append(RayLink(self.ray, actor, ref, reader, writer, pid, info))
+                self.links.append(RayLink(self.ray, actor, ended, reader, writer, pid, info))
         except BaseException:
             for _, actor, _ in started:
                 with contextlib.suppress(Exception):

@@ -217,7 +217,11 @@ async def _run(
 
         launcher = RayLauncher.connect(ray or None)  # one line when it cannot
         n_workers = worker_count(original, launcher.cpus)
-        launcher.check(n_workers, target.url)
+        try:
+            launcher.check(n_workers, target.url)
+        except StressError:
+            await launcher.close()  # leave the cluster before saying why
+            raise
     pool: WorkerPool | None = None
     if n_workers > 1 or launcher is not None:  # started and set up before the run clock
         if launcher is None:
@@ -238,15 +242,13 @@ async def _run(
         try:
             await pool.start(_worker_config(loaded, plan, target, nonce, paste_scale, corpus_name))
         except BaseException:
-            pool.kill()
-            if launcher is not None:
-                await launcher.close()
+            await pool.abort()
             raise
     try:
         run_dir = new_run_dir(out_dir, sc.name)
     except OSError as e:
         if pool is not None:
-            pool.kill()
+            await pool.abort()
         raise RunDirError(
             f"cannot create a run directory in {out_dir}: {e.strerror or e} -- fix: pass --out "
             "with a writable folder"
@@ -335,7 +337,7 @@ async def _run(
         write_json(run_dir / "manifest.json", manifest)
     except OSError as e:
         if pool is not None:
-            pool.kill()
+            await pool.abort()
         raise RecordingError(
             f"cannot write {run_dir}: {e.strerror or e} -- fix: free space or pass --out on "
             "another disk; nothing was sent"
