@@ -1,8 +1,8 @@
 """Shared pieces of the client benchmarks: SSE bodies, an nginx target, the client driver.
 
-Not a benchmark itself. The driver runs the real ``stress.client.ChatClient`` on the
-session ``stress.target.make_session`` builds, so the figures are those of the code a run
-uses, not of a copy.
+Not a benchmark itself. The driver runs the real ``stress.client.ChatClient`` with its own
+connection pool (``stress.http1``), so the figures are those of the code a run uses, not
+of a copy.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import psutil
 
 from stress.client import ChatClient, TimeoutPolicy
 from stress.record import RequestRecord
-from stress.target import make_session
 
 POLICY = TimeoutPolicy(connect=10, first_token=60, stall=60, total=600)
 WORDS = (" the", " model", " streams", " one", " token", " per", " chunk", ",", " and", " so")
@@ -222,8 +221,7 @@ async def drive(
     A request is counted in the window when it ends inside it; with many short requests
     per stream the edges average out. ``body`` may be a function of (stream, sequence).
     """
-    session = make_session(streams + 4, 10.0)
-    client = ChatClient(session, base_url, {}, POLICY)
+    client = ChatClient(base_url, {}, POLICY, limit=streams + 4)
     win = Window()
     state = {"on": False, "stop": False}
 
@@ -257,7 +255,6 @@ async def drive(
         for t in tasks:
             t.cancel()
         await client.close()
-        await session.close()
     return win
 
 

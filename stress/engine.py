@@ -24,12 +24,13 @@ from typing import Any, Protocol
 
 import orjson
 
-from stress.client import ChatClient, Reply
+from stress.client import ChatClient
 from stress.conversation import MESSAGE_OVERHEAD, Conversation, History, build_history
 from stress.corpus import Corpus
 from stress.events import RunEvent
 from stress.record import RequestRecord
 from stress.replay import PromptBuilder, TraceRequest, implied_reuse
+from stress.reply import Reply
 from stress.scenario import MAX_USERS, Arrivals, Limits, Scenario, ThinkTime
 from stress.tokens import count_tokens
 

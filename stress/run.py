@@ -145,10 +145,7 @@ async def execute(
     given, serves the run's live Prometheus metrics (``stress.metrics_export``); ``ray``,
     when given, runs the workers as actors of the Ray cluster at that address (``""``:
     the one this machine belongs to; ``stress.ray_pool``)."""
-    sc = loaded.scenario
-    users = sc.peak_users  # open loop: the session cap, else a bound from the rate
-    limit = max(users, sc.connection.limit or 0) + 4
-    session = make_session(limit, sc.timeouts.connect, force_close=not sc.connection.reuse)
+    session = make_session(loaded.scenario.timeouts.connect)
     try:
         async with open_target(loaded, session) as target:
             return await _run(
@@ -343,13 +340,14 @@ async def _run(
             "another disk; nothing was sent"
         ) from None
     client = ChatClient(
-        session,
         target.url,
         target.headers,
         TimeoutPolicy(
             sc.timeouts.connect, sc.timeouts.first_token, sc.timeouts.stall, sc.timeouts.total
         ),
-        fresh_session=lambda: make_session(sc.peak_users + 4, sc.timeouts.connect, True),
+        # open loop: peak_users is the session cap, else a bound from the rate
+        limit=max(original.peak_users, sc.connection.limit or 0) + 4,
+        reuse=sc.connection.reuse,
         clock_t0=clock.t0_ns / 1e9,
     )
 

@@ -3,7 +3,8 @@
 ``open_target`` resolves a scenario's ``target:`` into a :class:`Target`: it starts the
 simulator in its own process when the URL is ``sim``, reads the API key from where the user
 named it, lists the server's models and checks that the scenario's model is served (one
-line, exit 1, when it is not). ``make_session`` builds the one connection pool every request uses.
+line, exit 1, when it is not). ``make_session`` builds the aiohttp session for everything
+but the chat requests, which have their own pool (``stress.http1``).
 """
 
 from __future__ import annotations
@@ -31,19 +32,12 @@ class Target:
     """Simulated seconds per wall second (the built-in simulator only)."""
 
 
-def make_session(limit: int, connect_s: float, force_close: bool = False) -> aiohttp.ClientSession:
-    """One explicit pool: a limit at least the user count, connect timeout, big buffer.
-
-    ``force_close`` opens a connection per request (``connection: {reuse: false}`` and the
-    client's retry after a dead pooled connection); aiohttp refuses a keep-alive timeout
-    with it, so the timeout is set only when connections are reused.
-    """
-    if force_close:
-        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, force_close=True)
-    else:
-        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=30)
+def make_session(connect_s: float) -> aiohttp.ClientSession:
+    """The session for everything but the chat requests (the model list, the probe, the
+    tokenizer calibration, the server's metrics and health): a few requests at a time.
+    The chat requests have their own pool (``stress.http1``, through ``ChatClient``)."""
     return aiohttp.ClientSession(
-        connector=connector,
+        connector=aiohttp.TCPConnector(limit=16, keepalive_timeout=30),
         timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect_s),
         read_bufsize=1 << 20,
         auto_decompress=False,

@@ -41,7 +41,6 @@ from stress.engine import Engine, RunCounters
 from stress.events import RunEvent
 from stress.record import RequestRecord
 from stress.scenario import Scenario
-from stress.target import make_session
 from stress.tokens import get_tokenizer
 from stress.wire import frame, pack_times, read_frame
 
@@ -194,19 +193,14 @@ class Worker:
         self.counters = RunCounters()
         sc = self.plan[0][1]
         users = len(range(self.k, max(s.users.count for _, s in self.plan), self.n))
-        self.session = make_session(
-            max(users, sc.connection.limit or 0) + 4,
-            sc.timeouts.connect,
-            force_close=not sc.connection.reuse,
-        )
         self.client = ChatClient(
-            self.session,
             cfg["url"],
             cfg["headers"],
             TimeoutPolicy(
                 sc.timeouts.connect, sc.timeouts.first_token, sc.timeouts.stall, sc.timeouts.total
             ),
-            fresh_session=lambda: make_session(users + 4, sc.timeouts.connect, True),
+            limit=max(users, sc.connection.limit or 0) + 4,
+            reuse=sc.connection.reuse,
             clock_t0=self.t0,
         )
         self.corpus: Corpus | None = None
@@ -260,7 +254,6 @@ class Worker:
         self.out.put(["bye", self.health.summary() if self.health else {}])
         self.out.flush()
         await self.client.close()
-        await self.session.close()
 
     def _start_clock(self, t0_ns: int, wall_t0: float) -> None:
         t0_ns -= self.skew_ns  # the parent's origin, read on this process's clock

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 from aiohttp import web
@@ -19,7 +18,6 @@ from aiohttp import web
 from stress.client import ChatClient, TimeoutPolicy, _check_ok
 from stress.record import RequestRecord
 from stress.sse import MAX_EVENT_BYTES
-from stress.target import make_session
 from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,16 +26,8 @@ BODY = orjson.dumps({"model": "m", "messages": [], "stream": True})
 
 
 async def one(server: FakeServer, policy: TimeoutPolicy = POLICY) -> tuple[RequestRecord, str]:
-    async with serve(server), aiohttp.ClientSession() as session:
-        client = ChatClient(
-            session,
-            server.url,
-            {},
-            policy,
-            fresh_session=lambda: aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(force_close=True)
-            ),
-        )
+    async with serve(server):
+        client = ChatClient(server.url, {}, policy, limit=8)
         rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
         reply = await client.chat(BODY, rec, time.perf_counter())
         await client.close()
@@ -189,10 +179,9 @@ async def test_total_timeout() -> None:
 
 
 async def test_connect_refused() -> None:
-    async with aiohttp.ClientSession() as session:
-        client = ChatClient(session, "http://127.0.0.1:1", {}, POLICY)
-        rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
-        await client.chat(BODY, rec, time.perf_counter())
+    client = ChatClient("http://127.0.0.1:1", {}, POLICY, limit=8)
+    rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
+    await client.chat(BODY, rec, time.perf_counter())
     assert rec.error_class == "connect" and rec.outcome == "error"
 
 
@@ -219,8 +208,8 @@ async def test_llamacpp_timings_give_cache_when_usage_lacks_it() -> None:
 
 async def test_cancellation_is_recorded_then_propagates() -> None:
     parts = [chunk(str(i)) for i in range(100)]
-    async with serve(scripted(parts, delay=0.05)) as server, aiohttp.ClientSession() as s:
-        client = ChatClient(s, server.url, {}, POLICY)
+    async with serve(scripted(parts, delay=0.05)) as server:
+        client = ChatClient(server.url, {}, POLICY, limit=8)
         rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
         task = asyncio.create_task(client.chat(BODY, rec, time.perf_counter()))
         await asyncio.sleep(0.3)
@@ -266,16 +255,8 @@ async def _closing_server() -> tuple[asyncio.Server, int, list[int]]:
 
 async def test_dead_pooled_connection_is_retried_once_on_a_fresh_one() -> None:
     srv, port, served = await _closing_server()
-    async with srv, aiohttp.ClientSession() as session:
-        client = ChatClient(
-            session,
-            f"http://127.0.0.1:{port}",
-            {},
-            POLICY,
-            fresh_session=lambda: aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(force_close=True)
-            ),
-        )
+    async with srv:
+        client = ChatClient(f"http://127.0.0.1:{port}", {}, POLICY, limit=8)
         records = []
         for _ in range(3):
             rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
@@ -389,11 +370,8 @@ async def raw_server(server: RawServer) -> AsyncIterator[RawServer]:
 
 
 async def run_chats(url: str, n: int, policy: TimeoutPolicy = POLICY) -> list[RequestRecord]:
-    """``n`` requests in a row through the session and retry factory ``stress run`` uses."""
-    session = make_session(8, policy.connect)
-    client = ChatClient(
-        session, url, {}, policy, fresh_session=lambda: make_session(8, policy.connect, True)
-    )
+    """``n`` requests in a row through the client and pool ``stress run`` uses."""
+    client = ChatClient(url, {}, policy, limit=8)
     records = []
     try:
         for _ in range(n):
@@ -402,7 +380,6 @@ async def run_chats(url: str, n: int, policy: TimeoutPolicy = POLICY) -> list[Re
             records.append(rec)
     finally:
         await client.close()
-        await session.close()
     return records
 
 
@@ -412,10 +389,7 @@ async def test_idle_keepalive_connections_closed_by_the_server_cost_nothing() ->
     idle = 0.05
     async with raw_server(RawServer(idle_close_s=idle)) as server:
         url = f"http://127.0.0.1:{server.port}"
-        session = make_session(4, POLICY.connect)
-        client = ChatClient(
-            session, url, {}, POLICY, fresh_session=lambda: make_session(4, POLICY.connect, True)
-        )
+        client = ChatClient(url, {}, POLICY, limit=4)
         records = []
         try:
             for _ in range(3):
@@ -426,26 +400,19 @@ async def test_idle_keepalive_connections_closed_by_the_server_cost_nothing() ->
                     await asyncio.sleep(idle)
         finally:
             await client.close()
-            await session.close()
     assert [(r.outcome, r.http_status) for r in records] == [("ok", 200)] * 3
     assert server.served == 3
 
 
-async def test_dead_keepalive_connection_is_retried_on_the_real_session() -> None:
-    """The retry's fresh session is built by the real ``make_session(force_close=True)``,
-    which aiohttp used to refuse (ValueError), leaving a fake ``ok`` with no status."""
+async def test_dead_keepalive_connection_is_retried_on_a_fresh_connection() -> None:
+    """A request whose pooled connection the server dropped without a byte of reply goes
+    out again once, on a new connection: a true ``ok``, with its status, never a fake one."""
     async with raw_server(RawServer(drop_reused=True)) as server:
         records = await run_chats(f"http://127.0.0.1:{server.port}", 4)
     assert [r.outcome for r in records] == ["ok"] * 4
     assert all(r.http_status == 200 and r.e2e_s is not None for r in records)
     assert sum(r.reconnects for r in records) == server.dropped >= 1
     assert server.served == 4
-
-
-@pytest.mark.parametrize("force_close", [False, True])
-async def test_make_session_builds_for_both_connection_modes(force_close: bool) -> None:
-    session = make_session(4, 5.0, force_close)
-    await session.close()
 
 
 @pytest.mark.parametrize(
@@ -646,32 +613,37 @@ async def test_whitespace_only_content_after_reasoning_is_not_an_answer() -> Non
     assert rec.diagnosis is not None and "whitespace" in rec.diagnosis
 
 
-async def test_a_failure_inside_stress_is_one_truthful_record() -> None:
-    """The real aiohttp error the old ``make_session`` raised for the retry's session
-    (keepalive_timeout with force_close): an error record, never a fake ok."""
+@pytest.mark.parametrize("where", ["reading", "sending"])
+async def test_a_failure_inside_stress_is_one_truthful_record(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug of ours, while a reply is read inside the connection's read callback or while
+    the request is sent from its task: an error record blamed on stress, never a fake ok
+    and never a hang; the next request on the same client is answered."""
+    from stress import http1, reply
 
-    def broken_session() -> aiohttp.ClientSession:
-        return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(force_close=True, keepalive_timeout=30)
-        )
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug")
 
-    async with raw_server(RawServer(drop_reused=True)) as server:
-        session = make_session(4, 2.0)
-        client = ChatClient(
-            session, f"http://127.0.0.1:{server.port}", {}, POLICY, fresh_session=broken_session
-        )
-        records = []
-        for _ in range(2):
-            rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
-            await client.chat(BODY, rec, time.perf_counter())
-            records.append(rec)
+    if where == "reading":
+        monkeypatch.setattr(reply.ReplyReader, "_events", broken)
+    else:
+        monkeypatch.setattr(http1.Connection, "send", broken)
+    async with raw_server(RawServer()) as server:
+        client = ChatClient(f"http://127.0.0.1:{server.port}", {}, POLICY, limit=4)
+        rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
+        t0 = time.perf_counter()
+        await client.chat(BODY, rec, t0)
+        took = time.perf_counter() - t0
+        monkeypatch.undo()
+        after = RequestRecord(user=0, conversation=1, round=2, turn=2)
+        await client.chat(BODY, after, time.perf_counter())
         await client.close()
-        await session.close()
-    first, second = records
-    assert first.outcome == "ok"
-    assert second.outcome == "error" and second.error_class == "client_error"
-    assert second.error is not None and "ValueError" in second.error
-    assert second.e2e_s is not None and second.http_status is None
+    assert rec.outcome == "error" and rec.error_class == "client_error", rec.error
+    assert rec.error is not None and "RuntimeError: a bug" in rec.error
+    assert rec.e2e_s is not None and took < POLICY.first_token  # no wait for a deadline
+    assert rec.http_status == (200 if where == "reading" else None)
+    assert after.outcome == "ok"
 
 
 def test_an_ok_without_evidence_is_refused() -> None:
@@ -711,10 +683,7 @@ async def test_every_request_carries_its_id_and_a_resend_is_named_apart() -> Non
     connection goes out as ``-a2`` and the record keeps the id of the send that answered."""
     async with raw_server(RawServer(drop_reused=True)) as server:
         url = f"http://127.0.0.1:{server.port}"
-        session = make_session(8, POLICY.connect)
-        client = ChatClient(
-            session, url, {}, POLICY, fresh_session=lambda: make_session(8, POLICY.connect, True)
-        )
+        client = ChatClient(url, {}, POLICY, limit=8)
         records = []
         try:
             for rnd in (1, 2, 3):
@@ -724,7 +693,6 @@ async def test_every_request_carries_its_id_and_a_resend_is_named_apart() -> Non
                 records.append(rec)
         finally:
             await client.close()
-            await session.close()
     assert [r.outcome for r in records] == ["ok"] * 3
     resent = [r for r in records if r.reconnects]
     assert resent and server.dropped == len(resent)
@@ -764,8 +732,8 @@ async def test_token_times_are_the_receive_times_of_text_chunks() -> None:
         DONE,
     ]
     times: array[float] = array("d")
-    async with serve(scripted(parts, delay=0.03)) as server, aiohttp.ClientSession() as session:
-        client = ChatClient(session, server.url, {}, POLICY)
+    async with serve(scripted(parts, delay=0.03)) as server:
+        client = ChatClient(server.url, {}, POLICY, limit=8)
         rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
         rec.request_id = "n-u0-r1"
         t0 = time.perf_counter()

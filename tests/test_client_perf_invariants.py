@@ -13,7 +13,6 @@ import time
 import tracemalloc
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 from aiohttp import web
@@ -51,8 +50,8 @@ async def test_no_memory_kept_per_chunk_or_per_request() -> None:
     server = FakeServer(script=_script)
     server.requests = _Discard()  # the fake keeps every request; not the client's memory
     server.headers_seen = _Discard()
-    async with serve(server), aiohttp.ClientSession() as session:
-        client = ChatClient(session, server.url, {}, TimeoutPolicy(5, 5, 5, 30))
+    async with serve(server):
+        client = ChatClient(server.url, {}, TimeoutPolicy(5, 5, 5, 30), limit=4)
 
         async def batch(n: int) -> None:
             for _ in range(n):
@@ -93,8 +92,8 @@ async def test_a_giant_line_is_refused_in_bounded_memory() -> None:
         return resp
 
     server = FakeServer(script=giant)
-    async with serve(server), aiohttp.ClientSession() as session:
-        client = ChatClient(session, server.url, {}, TimeoutPolicy(5, 60, 60, 300))
+    async with serve(server):
+        client = ChatClient(server.url, {}, TimeoutPolicy(5, 60, 60, 300), limit=4)
         rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
         gc.collect()
         tracemalloc.start()

@@ -8,16 +8,16 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 from aiohttp import web
 
-from stress.client import ChatClient, Reply, TimeoutPolicy
+from stress.client import ChatClient, TimeoutPolicy
 from stress.engine import Engine
 from stress.live import Live
 from stress.record import RequestRecord
 from stress.recorder import Recorder
+from stress.reply import Reply
 from stress.run import execute
 from stress.scenario import load_scenario
 from stress.tokens import get_tokenizer
@@ -288,18 +288,14 @@ async def test_a_crashed_user_still_leaves_one_true_record(tmp_path: Path) -> No
         run_dir = tmp_path / "run"
         run_dir.mkdir()
         recorder = Recorder(run_dir)
-        async with aiohttp.ClientSession() as session:
-            client = _BrokenClient(
-                session,
-                server.url,
-                {},
-                TimeoutPolicy(5, 5, 5, 30),
-                clock_t0=time.perf_counter(),
-            )
-            engine = Engine(
-                sc, client, recorder, Live(1), None, "fake-model", "nonce", time.perf_counter()
-            )
-            await engine.run()
+        client = _BrokenClient(
+            server.url, {}, TimeoutPolicy(5, 5, 5, 30), limit=4, clock_t0=time.perf_counter()
+        )
+        engine = Engine(
+            sc, client, recorder, Live(1), None, "fake-model", "nonce", time.perf_counter()
+        )
+        await engine.run()
+        await client.close()
         recorder.close()
     [rec] = lines(run_dir)
     assert rec["outcome"] == "error" and rec["error_class"] == "client_error"

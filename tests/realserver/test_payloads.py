@@ -116,11 +116,10 @@ async def test_probe_reads_the_real_llamacpp_endpoints(h200_url: str) -> None:
 
 
 async def _replay(url: str) -> RequestRecord:
-    async with aiohttp.ClientSession() as session:
-        client = ChatClient(session, url, {}, TimeoutPolicy(5, 10, 10, 30))
-        rec = RequestRecord(user=0, conversation=0, round=1, turn=1)
-        await client.chat(b'{"stream": true}', rec, time.perf_counter())
-        await client.close()
+    client = ChatClient(url, {}, TimeoutPolicy(5, 10, 10, 30), limit=4)
+    rec = RequestRecord(user=0, conversation=0, round=1, turn=1)
+    await client.chat(b'{"stream": true}', rec, time.perf_counter())
+    await client.close()
     return rec
 
 
