@@ -30,9 +30,11 @@ Reply = Callable[[int, asyncio.StreamWriter], Awaitable[bool]]
 
 
 def framed(body: bytes, *, ctype: bytes = b"text/event-stream", extra: bytes = b"") -> bytes:
-    return (
-        b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s"
-        % (ctype, len(body), extra, body)
+    return b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s" % (
+        ctype,
+        len(body),
+        extra,
+        body,
     )
 
 
