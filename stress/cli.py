@@ -595,6 +595,8 @@ def _run_files(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # stress does no linear algebra: numpy's OpenBLAS needs no thread (and buffers) per core
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:

@@ -10,9 +10,9 @@ followed (it could carry the prompt and the key elsewhere); a 200 that is not SS
 is a ``protocol`` error. Numbers from the server are checked before they reach a record:
 a token count must be a plain int in [0, 2**53).
 
-Timeouts are one watchdog per request rather than a timer per read: it wakes at the
-nearest deadline (first token, then stall since the last byte, and total), re-arms if
-activity has moved the deadline, and otherwise cancels the request with a reason.
+Timeouts are a watchdog per request (first token, then stall since the last byte, and
+total), all checked by one sweeping timer (``Deadlines``) rather than a timer per request
+or per read; a request past a deadline is cancelled with the reason.
 
 Requests go over ``stress.http1``'s keep-alive pool and their replies are read by
 ``stress.reply.ReplyReader`` inside the connection's read callback: the request's task
@@ -50,54 +50,75 @@ class TimeoutPolicy:
 
 
 class _Watchdog:
-    """Cancels the request task at the first deadline that really passed.
+    """One request's deadlines: the first token (then silence since the last byte, a
+    stall) and the total. ``last`` is stored once per read; ``Deadlines`` checks them."""
 
-    Until the first token it sleeps to the nearer of the first-token and total deadlines;
-    the first token re-arms it on the stall deadline, measured from the last byte
-    (``last``, one attribute store per read), and the total. When it wakes early because
-    bytes moved the stall deadline, it sleeps again to the new one: a stream that never
-    stalls costs a timer per stall interval, not one per chunk.
-    """
+    __slots__ = ("fired", "first", "last", "t0", "task")
 
-    __slots__ = ("fired", "first", "handle", "last", "loop", "policy", "t0", "task")
-
-    def __init__(self, policy: TimeoutPolicy, t0: float) -> None:
-        self.loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
+    def __init__(self, task: asyncio.Task[object], t0: float) -> None:
         self.task = task
-        self.policy = policy
         self.t0 = t0
         self.last = t0
         self.first = False
         self.fired: ErrorClass | None = None
-        self.handle = self.loop.call_later(min(policy.first_token, policy.total), self._check)
-
-    def _check(self) -> None:
-        now = time.perf_counter()
-        p = self.policy
-        left_total = self.t0 + p.total - now
-        if self.first:
-            left_other, kind = self.last + p.stall - now, "stall"
-        else:
-            left_other, kind = self.t0 + p.first_token - now, "first_token_timeout"
-        if left_total <= 0:
-            self.fired = "total_timeout"
-        elif left_other <= 0:
-            self.fired = kind  # type: ignore[assignment]
-        else:
-            self.handle = self.loop.call_later(min(left_total, left_other), self._check)
-            return
-        self.task.cancel()
 
     def got_first(self) -> None:
         """The first token arrived: from now on silence is a stall."""
         self.first = True
-        self.handle.cancel()
-        self._check()
 
-    def stop(self) -> None:
-        self.handle.cancel()
+
+class Deadlines:
+    """The watchdogs of every request in flight, checked by one timer.
+
+    A timer per request (armed at the send, re-armed at the first token, cancelled at the
+    end) cost more than the rest of a short request's bookkeeping; here a request costs a
+    set insert and a removal, and one sweep every ``tick`` seconds (a tenth of the shortest
+    timeout, at most 0.1 s) cancels the task of each request whose deadline has passed,
+    naming which (``fired``). So a timeout fires at most ``tick`` late. The timer runs only
+    while requests are in flight."""
+
+    __slots__ = ("_handle", "_live", "policy", "tick")
+
+    def __init__(self, policy: TimeoutPolicy) -> None:
+        self.policy = policy
+        shortest = min(policy.first_token, policy.stall, policy.total)
+        self.tick = min(0.1, max(0.005, shortest / 10))
+        self._live: set[_Watchdog] = set()
+        self._handle: asyncio.TimerHandle | None = None
+
+    def start(self, t0: float) -> _Watchdog:
+        task = asyncio.current_task()
+        assert task is not None
+        wd = _Watchdog(task, t0)
+        self._live.add(wd)
+        if self._handle is None:
+            self._handle = asyncio.get_running_loop().call_later(self.tick, self._sweep)
+        return wd
+
+    def stop(self, wd: _Watchdog) -> None:
+        self._live.discard(wd)
+
+    def _sweep(self) -> None:
+        self._handle = None
+        if not self._live:
+            return
+        now = time.perf_counter()
+        p = self.policy
+        fired: list[_Watchdog] = []
+        for wd in self._live:
+            if now - wd.t0 >= p.total:
+                wd.fired = "total_timeout"
+            elif wd.first:
+                if now - wd.last >= p.stall:
+                    wd.fired = "stall"
+            elif now - wd.t0 >= p.first_token:
+                wd.fired = "first_token_timeout"
+            if wd.fired is not None:
+                fired.append(wd)
+        for wd in fired:
+            self._live.discard(wd)
+            wd.task.cancel()
+        self._handle = asyncio.get_running_loop().call_later(self.tick, self._sweep)
 
 
 class ChatClient:
@@ -125,6 +146,7 @@ class ChatClient:
         """For a request without an id of its own (the scenario's ``X-Request-ID``, if any)."""
         self._head_for_id = request_head(endpoint, path, own_id, close=not reuse)
         self.timeouts = timeouts
+        self.deadlines = Deadlines(timeouts)
         self.clock = Clock(clock_t0, time.perf_counter())
         """The run clock's origin (record times are relative to it) and the last byte any
         stream received (for the hang watch)."""
@@ -203,7 +225,7 @@ class ChatClient:
         t_send = time.perf_counter()
         rec.t_start = t_send - self.clock.t0
         rec.queue_s = t_send - t_sched
-        wd = _Watchdog(self.timeouts, t_send)
+        wd = self.deadlines.start(t_send)
         reader = ReplyReader(self.clock, self.url, rec, reply, t_send, wd, token_times)
         conn = None
         try:
@@ -219,7 +241,7 @@ class ChatClient:
                 raise  # not (only) our watchdog: a real cancellation
             fail(rec, wd.fired, _timeout_text(wd.fired, self.timeouts))
         finally:
-            wd.stop()
+            self.deadlines.stop(wd)
             if conn is not None:
                 self.pool.release(conn)  # kept only after a complete reply
         if reader.dropped:

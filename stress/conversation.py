@@ -47,6 +47,23 @@ def _prompt_tokens(prompt: str) -> int:
     return count_tokens(prompt)
 
 
+_DIGITS_AS_ZERO = str.maketrans("123456789", "000000000")
+
+
+@functools.lru_cache(maxsize=256)
+def _shape_tokens(shape: str) -> int:
+    return count_tokens(shape)
+
+
+def _marker_tokens(marker: str) -> int:
+    """Tokens of a marker line, counted once per shape: with every digit read as 0. Exact,
+    because the pre-tokenizer cuts a run of digits into groups of at most three whatever
+    the digits are, and every group of one to three digits is one token
+    (``tests/test_conversation.py`` holds both); a marker's numbers are all digits, so a
+    run counts a few shapes, not a marker per conversation."""
+    return _shape_tokens(marker.translate(_DIGITS_AS_ZERO))
+
+
 def _system_tokens(system: str, prompt: str) -> int:
     """Tokens of a conversation's system message: its marker line plus the scenario's
     system prompt, counted once per run (the marker ends with a newline, after which the
@@ -55,7 +72,7 @@ def _system_tokens(system: str, prompt: str) -> int:
     marker = system[: len(system) - len(prompt)]
     if not prompt or not marker.endswith("\n") or prompt[0].isspace():
         return count_tokens(system)
-    return count_tokens(marker) + _prompt_tokens(prompt)
+    return _marker_tokens(marker) + _prompt_tokens(prompt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +140,10 @@ class Conversation:
         else:  # per_user and cold: the user/conversation marker opens the prompt
             # The unique part comes first, so two users differ from the first token on
             # (servers that cache at token rather than block granularity share nothing).
-            uid = hashlib.sha1(f"{self.run_nonce}:{self.user}:{self.index}".encode()).hexdigest()
-            system = f"[{uid[:10]} user {self.user} conversation {self.index}]\n"
+            # 12 digits (40 bits) of a hash: digits, so its token count is known by shape
+            h = hashlib.sha1(f"{self.run_nonce}:{self.user}:{self.index}".encode()).digest()
+            uid = int.from_bytes(h[:5], "big") % 10**12
+            system = f"[{uid:012d} user {self.user} conversation {self.index}]\n"
             system += self.system_prompt
         self.messages = [{"role": "system", "content": system}]
         self.tokens_est = _system_tokens(system, self.system_prompt) + MESSAGE_OVERHEAD

@@ -16,6 +16,7 @@ import stat
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 
 from stress.bundled import CORPORA
@@ -204,6 +205,9 @@ class _Doc:
     """Each paragraph's token ids (None with the estimate tokenizer)."""
     joins: list[int] = field(default_factory=list)
     """Tokens the join after each paragraph adds (-1: not measured yet; ``_join_tokens``)."""
+    ends: list[array[int] | None] = field(default_factory=list)
+    """Per paragraph, the UTF-8 byte offset where each of its tokens ends (None: not
+    needed yet; ``_cut_paragraph``)."""
 
 
 class Corpus:
@@ -342,10 +346,21 @@ class Corpus:
             if opens is None:
                 piece = self.tok.token_bytes(ids[j])
                 opens = word[ids[j]] = len(piece) > 1 and piece[0] == 32 and piece[1] > 32
-            if opens:
-                return self.tok.decode(ids[:j].tolist()), j
+            if opens:  # the j tokens before a word end on a character: their bytes
+                return doc.paragraphs[i].encode()[: self._ends(doc, i)[j - 1]].decode(), j
         text = self.tok.decode(ids[:n_tokens].tolist()).rstrip("\ufffd")
         return text, self.tok.count(text)
+
+    def _ends(self, doc: _Doc, i: int) -> array[int]:
+        """Where each token of paragraph ``i`` ends in its UTF-8 bytes, measured once."""
+        if not doc.ends:
+            doc.ends = [None] * len(doc.paragraphs)
+        ends = doc.ends[i]
+        if ends is None:
+            ids = doc.ids[i]
+            assert ids is not None
+            ends = doc.ends[i] = array("I", accumulate(len(self.tok.token_bytes(t)) for t in ids))
+        return ends
 
     def _cut(self, text: str, n_tokens: int) -> str:
         try:

@@ -148,3 +148,20 @@ def test_the_system_message_count_is_exact(prompt: str, cache: str) -> None:
     for user, index in [(0, 1), (7, 3), (123, 45)]:
         conv = Conversation(user, index, cache, "a1b2c3d4e5", prompt)  # type: ignore[arg-type]
         assert conv.tokens_est == count_tokens(conv.messages[0]["content"]) + MESSAGE_OVERHEAD
+
+
+def test_digits_never_change_a_count() -> None:
+    """What ``_marker_tokens`` relies on: every group of one to three digits is one token,
+    so a marker's count depends on its shape only (the digits read as 0)."""
+    from stress.conversation import _marker_tokens
+    from stress.tokens import get_tokenizer
+
+    tok = get_tokenizer()
+    groups = [str(i).zfill(n) for n in (1, 2, 3) for i in range(10**n)]
+    assert [g for g in groups if len(tok.encode(g)) != 1] == []
+    rng = random.Random(7)
+    for _ in range(2000):
+        user, index = rng.randrange(10**rng.randint(1, 5)), rng.randrange(10**rng.randint(1, 6))
+        conv = Conversation(user, index, "per_user", "n0nce", "")
+        marker = conv.messages[0]["content"]
+        assert _marker_tokens(marker) == count_tokens(marker), marker
