@@ -18,7 +18,7 @@ import aiohttp
 import orjson
 
 from stress.errors import StressError
-from stress.preflight import with_gpu_info
+from stress.preflight import gpu_info, with_gpu_info
 from stress.probe import ProbeResult, check_scenario, normalize_base_url, probe, render_probe
 from stress.secrets import REDACTOR, load_api_key, safe_url
 
@@ -114,13 +114,14 @@ def unusable_line(result: ProbeResult) -> str:
 
 async def _run(target: str, key: str | None, send_test: bool, timeout_s: float) -> ProbeResult:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    gpu = asyncio.ensure_future(gpu_info())  # NVML in a child process, meanwhile
     # Fresh connections: pooled keep-alive connections were seen dying between requests.
     connector = aiohttp.TCPConnector(force_close=True, limit=16)
     async with aiohttp.ClientSession(connector=connector) as session:
         result = await probe(
             session, target, headers, send_test_request=send_test, timeout_s=timeout_s
         )
-    return await with_gpu_info(result)
+    return await with_gpu_info(result, gpu)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -258,27 +258,35 @@ class ReplyReader:
             self.done.set_result(None)
 
     def _events(self, events: list[bytes]) -> None:
+        """The events of one read (they share its instant ``now``). On the hot path: state
+        is kept in locals and written back once per read."""
         rec = self.rec
         now = self.now
+        first = self._first
+        loads = orjson.loads
+        content = self._content.append
+        stamp = self._stamp
+        n_content = n_reasoning = n_empty = 0
+        gap_seen = False
         for data in events:
             if data == b"[DONE]":
                 rec.saw_done = True
                 continue
             try:
-                obj = orjson.loads(data)
+                obj = loads(data)
             except orjson.JSONDecodeError:
                 obj = _loads_lenient(data)
             if obj.__class__ is not dict:
                 self._malformed += 1
                 continue
-            if self._need_id:  # the first object: the server's id for this reply
-                self._need_id = False
-                rec.response_id = _response_id(obj)
-            if self._first is not None:
-                gap = now - self._prev
-                if gap > self._max_gap:
-                    self._max_gap = gap
-            self._prev = now
+            if not gap_seen:  # the time since the last event (later ones in this read: 0)
+                gap_seen = True
+                if self._need_id:  # the first object: the server's id for this reply
+                    self._need_id = False
+                    rec.response_id = _response_id(obj)
+                if first is not None and now - self._prev > self._max_gap:
+                    self._max_gap = now - self._prev
+                self._prev = now
             try:  # a server's odd shapes count as malformed, never as our crash
                 err = obj.get("error")
                 if err:
@@ -292,7 +300,7 @@ class ReplyReader:
                     self._timings = t
                 choices = obj.get("choices")
                 if not choices:
-                    rec.chunks_empty += 1
+                    n_empty += 1
                     continue
                 choice = choices[0]
                 delta = choice.get("delta") or {}
@@ -300,38 +308,43 @@ class ReplyReader:
                 if text and text.__class__ is not str:
                     raise TypeError("content is not a string")
                 rtext = None
-                for name in _REASONING_FIELDS:
-                    rtext = delta.get(name)
-                    if rtext:
-                        if rtext.__class__ is not str:
-                            raise TypeError("reasoning is not a string")
-                        rec.reasoning_field = name
-                        break
+                if len(delta) > 1 or text is None:  # only then can it carry reasoning
+                    for name in _REASONING_FIELDS:
+                        rtext = delta.get(name)
+                        if rtext:
+                            if rtext.__class__ is not str:
+                                raise TypeError("reasoning is not a string")
+                            rec.reasoning_field = name
+                            break
                 fr = choice.get("finish_reason")
             except (AttributeError, KeyError, IndexError, TypeError):
                 self._malformed += 1
                 continue
             if text or rtext:
-                if self._first is None:
-                    self._first = now
+                if first is None:
+                    first = self._first = now
                     rec.ttft_s = now - self.t_send
-                    self._prev = now
                     self.wd.got_first()
-                self._last_tok = now
-                if self._stamp is not None:
-                    self._stamp(now)
+                if stamp is not None:
+                    stamp(now)
                 if text:
                     if rec.ttfc_s is None:
                         rec.ttfc_s = now - self.t_send
-                    rec.chunks_content += 1
-                    self._content.append(text)
+                    n_content += 1
+                    content(text)
                 if rtext:
-                    rec.chunks_reasoning += 1
+                    n_reasoning += 1
                     self._reasoning.append(rtext)
             else:
-                rec.chunks_empty += 1
+                n_empty += 1
             if fr:
                 rec.finish_reason = _finish_reason(fr)
+        if n_content or n_reasoning:
+            self._last_tok = now
+            rec.chunks_content += n_content
+            rec.chunks_reasoning += n_reasoning
+        if n_empty:
+            rec.chunks_empty += n_empty
 
     def _end_stream(self, *, usage: bool) -> None:
         """The stream is over (ended, broke off or was stopped): the text, the longest

@@ -36,7 +36,7 @@ from stress.events import QUIET_EVENT_KINDS, RunEvent
 from stress.hangs import GatedSink, HangGate
 from stress.headless import HeadlessPrinter, UiSink
 from stress.live import Live
-from stress.preflight import preflight
+from stress.preflight import gpu_info, preflight
 from stress.probe import check_users
 from stress.recorder import Recorder, new_run_dir, write_json
 from stress.scenario import LoadedScenario, Scenario, phase_plan, time_scaled, worker_count
@@ -146,12 +146,17 @@ async def execute(
     when given, runs the workers as actors of the Ray cluster at that address (``""``:
     the one this machine belongs to; ``stress.ray_pool``)."""
     session = make_session(loaded.scenario.timeouts.connect)
+    gpu = asyncio.ensure_future(gpu_info())  # NVML in a child process, meanwhile
     try:
         async with open_target(loaded, session) as target:
             return await _run(
-                loaded, out_dir, session, target, progress_interval, ui, search, metrics, ray
+                loaded, out_dir, session, target, progress_interval, ui, search, metrics, ray, gpu
             )
     finally:
+        if not gpu.done():
+            gpu.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await gpu
         await session.close()
 
 
@@ -165,6 +170,7 @@ async def _run(
     search: str | None = None,
     metrics: MetricsExporter | None = None,
     ray: str | None = None,
+    gpu: asyncio.Future[dict[str, Any]] | None = None,
 ) -> RunOutcome:
     original = loaded.scenario
     # what the engine runs, step by step, in wall seconds
@@ -199,7 +205,12 @@ async def _run(
                         f"server {got[1]}: {ratio:.3f} server tokens per {tokenizer.name} token"
                     )
     probe_result, probe_warnings = await preflight(
-        session, target.url, target.headers, sc.conversation.ceiling_tokens, sc.request.max_tokens
+        session,
+        target.url,
+        target.headers,
+        sc.conversation.ceiling_tokens,
+        sc.request.max_tokens,
+        gpu,
     )
     probe_warnings += check_users(probe_result, max(step.peak_users for _, step in plan))
     server_kind = sc.target.server
