@@ -21,12 +21,10 @@ view is as smooth at any scale.
 
 from __future__ import annotations
 
-from array import array
+import statistics
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
-
-import numpy as np
 
 from stress.analysis import figures
 from stress.analysis.runfiles import rescale_sample, sim_rate, sim_seconds
@@ -250,10 +248,10 @@ class Live:
         self.output_tokens = 0
         self.reconnects = 0
         self._retention = figures.RetentionTally()
-        self._slo_ttft = array("d")
-        self._slo_decode = array("d")
-        """Every headline TTFT and decode speed so far, 8 bytes each (16 MB per million
-        requests): the SLO's figures are exact percentiles, as in summary.json."""
+        self._slo_ttft = figures.RunningPercentile(95)
+        self._slo_decode = figures.RunningPercentile(50)
+        """Every headline TTFT and decode speed so far (~32 bytes each): the SLO's figures
+        are exact percentiles, as in summary.json."""
         self._ttft: deque[tuple[float, float]] = deque(maxlen=512)
         self._done: deque[tuple[float, int, int, int]] = deque(maxlen=4096)
         self._buckets: deque[tuple[int, int]] = deque(maxlen=self.HISTORY)
@@ -328,9 +326,9 @@ class Live:
             self.output_tokens += rec.completion_tokens
             if rec.outcome in figures.GENERATED:  # the headline population
                 if ttft is not None:
-                    self._slo_ttft.append(ttft)
+                    self._slo_ttft.add(ttft)
                 if decode is not None:
-                    self._slo_decode.append(decode)
+                    self._slo_decode.add(decode)
         if rec.cached_tokens is not None and prompt:
             u.last_cached_pct = 100.0 * rec.cached_tokens / prompt
             u.last_retention = figures.retention([(rec.cached_tokens, rec.reusable_tokens)])
@@ -401,7 +399,7 @@ class Live:
             rounds_done=sum(self.outcomes.values()),
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
-            ttft_p50_recent=float(np.median(recent_ttft)) if recent_ttft else None,
+            ttft_p50_recent=statistics.median(recent_ttft) if recent_ttft else None,
             ttft_recent=tuple(v for (_, v) in list(self._ttft)[-60:]),
             out_tok_s_recent=sim_rate(sum(d[1] for d in done) / span, scale),
             out_tok_s_history=tuple(history[-self.HISTORY :]),
@@ -413,9 +411,9 @@ class Live:
             output_tokens=self.output_tokens,
             cache_retention=self._retention.value,
             time_scale=scale,
-            ttft_p95_run=figures.percentile(self._slo_ttft, 95),
+            ttft_p95_run=self._slo_ttft.value(),
             ttft_n=len(self._slo_ttft),
-            decode_p50_run=figures.percentile(self._slo_decode, 50),
+            decode_p50_run=self._slo_decode.value(),
             decode_n=len(self._slo_decode),
             open_loop=self.open_loop,
             arrivals=self.arrivals,

@@ -29,13 +29,17 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+import sys
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import sub
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # the reader's arrays; the writer (the run path) needs no numpy
+    import numpy as np
+    import numpy.typing as npt
 
 FILE_NAME = "tokens.bin"
 MAGIC = b"STKGAPS1"
@@ -45,19 +49,23 @@ MAX_ID_BYTES = 1024
 MAX_VALUES = 1 << 26
 """Frames claiming more values than this are damage, not a reply (64 Mi chunks)."""
 
-Float32Array = npt.NDArray[np.float32]
+_NAN = float("nan")
+_BIG_ENDIAN = sys.byteorder == "big"
 
 
 def encode_frame(request_id: str, ttft_s: float | None, times: array[float]) -> bytes:
     """One frame: the request's id, then its time to first text chunk and the gaps
-    between its text chunks (``times``: the chunks' ``perf_counter`` receive times)."""
+    between its text chunks (``times``: the chunks' ``perf_counter`` receive times).
+    Plain Python (``array('f')`` holds IEEE float32, as numpy's ``<f4`` does), so the run
+    path loads no numpy."""
     rid = request_id.encode("utf-8")[:MAX_ID_BYTES]
     n = len(times)
-    values = np.empty(n, dtype="<f4")
+    values = array("f")
     if n:
-        t = np.frombuffer(times, dtype=np.float64)
-        values[0] = np.nan if ttft_s is None else ttft_s
-        values[1:] = np.diff(t)
+        values.append(_NAN if ttft_s is None else ttft_s)
+        values.extend(map(sub, times[1:], times))
+        if _BIG_ENDIAN:
+            values.byteswap()
     return _HEAD.pack(SYNC, len(rid), n) + rid + values.tobytes()
 
 
@@ -137,11 +145,15 @@ class ReadReport:
     skipped_bytes: int = 0
 
 
-def read_frames(path: Path, report: ReadReport | None = None) -> Iterator[tuple[str, Float32Array]]:
+def read_frames(
+    path: Path, report: ReadReport | None = None
+) -> Iterator[tuple[str, npt.NDArray[np.float32]]]:
     """Each frame of ``path`` as (request_id, float32 values), streamed from the file in
     order (one frame in memory at a time). A missing file yields nothing; a torn or
     damaged frame ends the iteration, noted in ``report``. ``OSError`` if it cannot be
     read at all."""
+    import numpy as np  # the reader's arrays (the end of a run, the report)
+
     report = report if report is not None else ReadReport()
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below, after the generator's last frame

@@ -14,6 +14,8 @@ import tracemalloc
 import orjson
 
 END_OF_RUN = (
+    "numpy",  # the live view's percentiles, the client's health and tokens.bin need none
+    "pynvml",  # the GPU pre-flight runs in a child process; the GPU collector loads it
     "matplotlib",
     "textual",
     "stress.report.build",

@@ -129,3 +129,26 @@ def test_each_requests_itl_equals_the_simulators_under_batching(tmp_path: Path) 
     assert tokens.goodput == 0.0 and set(tokens.goodput_by_user.values()) == {0.0}
     summary = orjson.loads((run_dir / "summary.json").read_bytes())
     assert sum(b["requests"] for b in summary["token_timing"]["by_length"]) == 12
+
+
+def test_a_frame_is_the_float32_gaps_numpy_would_write() -> None:
+    """``encode_frame`` builds its float32 values in plain Python (the run path loads no
+    numpy): the bytes equal numpy's little-endian float32 of the float64 gaps."""
+    import random
+    from array import array
+
+    from stress.token_times import _HEAD, encode_frame
+
+    rng = random.Random(3)
+    for n, ttft in ((0, None), (1, 0.25), (2, None), (300, 1.5)):
+        t = 1e5 + rng.random()
+        times = array("d")
+        for _ in range(n):
+            times.append(t)
+            t += rng.expovariate(100.0)
+        frame = encode_frame("n-u0-r1", ttft, times)
+        values = np.empty(n, dtype="<f4")
+        if n:
+            values[0] = np.nan if ttft is None else ttft
+            values[1:] = np.diff(np.frombuffer(times, dtype=np.float64))
+        assert frame == _HEAD.pack(b"TK", 7, n) + b"n-u0-r1" + values.tobytes()

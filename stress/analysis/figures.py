@@ -9,11 +9,11 @@ function here. Pure functions over record dicts and numbers: no UI, no plotting.
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 Record = Mapping[str, Any]
 
@@ -206,7 +206,53 @@ def generated_values(records: Iterable[Record], key: str) -> list[float]:
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (numpy's linear interpolation), None for no values."""
+    import numpy as np  # here: the run path (the live view) never needs numpy
+
     return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
+
+
+class RunningPercentile:
+    """``percentile(values, q)`` of every value added so far, kept exact as they arrive:
+    two heaps split at the rank the linear interpolation reads (the smallest
+    ``floor(q/100 * (n-1)) + 1`` values, and the rest), O(log n) an add and O(1) a read,
+    with numpy's own interpolation formula, so the live view shows the very figure
+    ``summary.json`` computes at the end without sorting every value at every refresh
+    (``tests/analysis/test_figures.py`` holds the two equal)."""
+
+    __slots__ = ("_hi", "_lo", "_q")
+
+    def __init__(self, q: float) -> None:
+        self._q = q / 100
+        self._lo: list[float] = []
+        """Max-heap (negated) of the lower values, up to the rank read."""
+        self._hi: list[float] = []
+        """Min-heap of the rest."""
+
+    def __len__(self) -> int:
+        return len(self._lo) + len(self._hi)
+
+    def add(self, value: float) -> None:
+        lo, hi = self._lo, self._hi
+        if lo and value > -lo[0]:
+            heapq.heappush(hi, value)
+        else:
+            heapq.heappush(lo, -value)
+        want = math.floor(self._q * (len(lo) + len(hi) - 1)) + 1
+        while len(lo) > want:
+            heapq.heappush(hi, -heapq.heappop(lo))
+        while len(lo) < want:
+            heapq.heappush(lo, -heapq.heappop(hi))
+
+    def value(self) -> float | None:
+        lo, hi = self._lo, self._hi
+        if not lo:
+            return None
+        h = self._q * (len(lo) + len(hi) - 1)
+        t = h - math.floor(h)
+        a = -lo[0]
+        b = hi[0] if hi else a
+        d = b - a
+        return b - d * (1 - t) if t >= 0.5 else a + d * t  # numpy's _lerp
 
 
 def ttft_p95(records: Iterable[Record]) -> float | None:

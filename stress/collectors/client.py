@@ -33,21 +33,23 @@ raises out of ``run``.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import math
 import os
+import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
 import psutil  # type: ignore[import-untyped]  # ships no stubs
 
 from stress.collectors.base import Collector, RunClock, Sink
 from stress.events import RunEvent
 
 # probe-lag histogram: 0.01 ms .. ~100 s, 20 buckets per decade (bucket width ~12 %)
-_EDGES_MS = np.logspace(-2, 5, 141)
+_EDGES_MS = [10 ** (-2 + i / 20) for i in range(141)]
 
 
 Cause = Literal["stress", "machine", "loop"]
@@ -192,7 +194,7 @@ class ClientHealthCollector(Collector):
         self._machine: _MachineProbe | None = None
         self._causes: Counter[str] = Counter()
         self._window: list[float] = []
-        self._hist = np.zeros(_EDGES_MS.size + 1, dtype=np.int64)
+        self._hist = [0] * (len(_EDGES_MS) + 1)
         self._probes = 0
         self._lag_max_ms = 0.0
         self._lag_sum_ms = 0.0
@@ -274,13 +276,11 @@ class ClientHealthCollector(Collector):
         record."""
         m = machine or MachineLoad()
         if lags_ms:
-            arr = np.asarray(lags_ms)
-            self._hist += np.bincount(
-                np.searchsorted(_EDGES_MS, arr, side="right"), minlength=self._hist.size
-            )
-            lag_p50, lag_max = float(np.median(arr)), float(arr.max())
-            self._probes += arr.size
-            self._lag_sum_ms += float(arr.sum())
+            for lag in lags_ms:
+                self._hist[bisect.bisect_right(_EDGES_MS, lag)] += 1
+            lag_p50, lag_max = statistics.median(lags_ms), max(lags_ms)
+            self._probes += len(lags_ms)
+            self._lag_sum_ms += math.fsum(lags_ms)
             self._lag_max_ms = max(self._lag_max_ms, lag_max)
         else:
             lag_p50 = lag_max = 0.0
@@ -357,8 +357,8 @@ class ClientHealthCollector(Collector):
         if not self._probes:
             return None
         rank = q * self._probes
-        i = int(np.searchsorted(np.cumsum(self._hist), rank, side="left"))
-        edge = float(_EDGES_MS[min(i, _EDGES_MS.size - 1)])  # the bucket's upper edge
+        i = bisect.bisect_left(list(itertools.accumulate(self._hist)), rank)
+        edge = _EDGES_MS[min(i, len(_EDGES_MS) - 1)]  # the bucket's upper edge
         return min(edge, self._lag_max_ms)
 
     def summary(self) -> dict[str, Any]:

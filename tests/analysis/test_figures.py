@@ -297,3 +297,23 @@ def test_docs_table_of_figures_is_generated_from_the_one_table() -> None:
         "`python -m stress.analysis.figures`"
     )
     assert [name for name, _ in DEFINITIONS] == [f.name for f in figures.FIGURES]
+
+
+@pytest.mark.parametrize("q", [50, 95, 99, 0, 100])
+def test_the_live_running_percentile_is_the_summarys_percentile(q: float) -> None:
+    """The live view's exact percentile, kept as values arrive, equals ``percentile`` (the
+    one definition, numpy's linear interpolation) at every count, ties and spread alike."""
+    import random
+
+    rng = random.Random(q)
+    for values in (
+        [rng.expovariate(1.0) for _ in range(600)],
+        [float(rng.randint(0, 5)) for _ in range(300)],  # many ties
+        [rng.uniform(-1e6, 1e6) for _ in range(300)],
+    ):
+        running = figures.RunningPercentile(q)
+        assert running.value() is None
+        for i, v in enumerate(values, 1):
+            running.add(v)
+            assert len(running) == i
+            assert running.value() == figures.percentile(values[:i], q), (q, i)

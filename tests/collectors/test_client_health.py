@@ -98,7 +98,7 @@ def test_summary_is_bounded_and_has_run_figures() -> None:
     assert 25 <= s["loop_lag_ms_p99"] <= 40 and s["loop_lag_ms_max"] == 30.0
     assert s["rss_mib_start"] == 60.0 and s["rss_mib_max"] == pytest.approx(61.99, abs=0.01)
     assert s["cpu_pct_max"] == 24.0
-    assert c._hist.size == 142  # the histogram does not grow with the run
+    assert len(c._hist) == 142  # the histogram does not grow with the run
 
 
 def test_empty_summary() -> None:
