@@ -5,7 +5,7 @@ metrics and cached-token flags), the comparison of the scenario with the server'
 per-request context, and GPU memory still held by another process (a restarted engine
 keeps VRAM for a while, field note 13). Nothing here raises for a server-side problem.
 
-The GPU part runs in a child process (``python -m stress.preflight``) started at once and
+The GPU part runs in a child process (``python -m stress.gpu_preflight``) started at once and
 awaited when needed: NVML's initialisation took a quarter of a second and 34 MiB of the
 load generator's memory on an H200 host, which a run with ``gpus: off`` must not pay and
 one with GPU telemetry pays in its collector only.
@@ -22,44 +22,17 @@ import orjson
 
 from stress.probe import ProbeResult, check_scenario, probe
 
-
-def gpu_preflight() -> dict[str, Any]:
-    """Cards found and memory held on them (blocking: NVML; call from a thread)."""
-    try:
-        from stress.collectors.gpu import discover_report, held_memory
-    except ImportError:  # pragma: no cover - the GPU package is part of the build
-        return {"summary": "GPU telemetry not available in this build"}
-    try:
-        found = discover_report()
-    except Exception as e:  # NVML can fail in many ways; a probe never does
-        return {"summary": f"GPU discovery failed: {type(e).__name__}: {e}"}
-    cards = found.cards
-    if not cards:
-        note = "; ".join(found.notes) if found.notes else "no GPU found"
-        return {"summary": note, "cards": []}
-    held = held_memory(cards)
-    names = ", ".join(sorted({c.name for c in cards}))
-    summary = f"{len(cards)} card(s): {names}"
-    if held:
-        summary += "; memory held: " + "; ".join(held)
-    return {
-        "summary": summary,
-        "cards": [c.as_dict() for c in cards],
-        "held_memory": held,
-    }
-
-
 GPU_PREFLIGHT_TIMEOUT_S = 60.0
 """An NVML that does not answer in this long is reported, not waited for."""
 
 
 async def gpu_info() -> dict[str, Any]:
-    """``gpu_preflight()`` in a child process; a failure or a hang is a summary line."""
+    """``stress.gpu_preflight`` in a child process; a failure or a hang is a summary line."""
     try:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "stress.preflight",
+            "stress.gpu_preflight",
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -110,7 +83,3 @@ async def preflight(
             "this machine; otherwise a restarted engine that has not released it yet)"
         )
     return result, warnings
-
-
-if __name__ == "__main__":  # the child process of ``gpu_info``: one JSON object out
-    sys.stdout.buffer.write(orjson.dumps(gpu_preflight()))
