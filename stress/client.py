@@ -221,7 +221,7 @@ class ChatClient:
             head = self._head
         else:
             head = b"%s%s: %s\r\n" % (self._head_for_id, REQUEST_ID_HEADER.encode(), rid.encode())
-        data = b"%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body)
+        head = b"%sContent-Length: %d\r\n\r\n" % (head, len(body))
         t_send = time.perf_counter()
         rec.t_start = t_send - self.clock.t0
         rec.queue_s = t_send - t_sched
@@ -230,7 +230,7 @@ class ChatClient:
         conn = None
         try:
             conn = await self.pool.acquire(fresh=not may_retry)
-            conn.send(data, reader)
+            conn.send(head, body, reader)
             await reader.done
         except ConnectError as e:
             fail(rec, "connect", str(e))
