@@ -275,3 +275,27 @@ def test_a_full_disk_loses_no_frame_and_leaves_the_file_valid(small_disk: Path) 
     got, report = frames(small_disk / TOKENS_FILE)
     assert report.damaged is None
     assert [rid for rid, _ in got] == [f"run-u{i % 7}-r{i}" for i in range(40)]
+
+
+def test_a_full_batch_of_request_lines_is_written_before_the_flush(tmp_path: Path) -> None:
+    """At thousands of requests a second a second of lines is megabytes: every
+    ``FLUSH_LINES`` lines (and their token frames) go to disk at once, in order, and
+    the once-a-second flush writes the rest and state.json."""
+    from stress.recorder import FLUSH_LINES
+
+    rec = Recorder(tmp_path)
+    n = 2 * FLUSH_LINES + 10
+    for i in range(n):
+        r = RequestRecord(user=0, conversation=1, round=i + 1, turn=1)
+        r.request_id = f"n-u0-r{i + 1}"
+        r.ttft_s = 0.1
+        rec.write_request(r, array("d", [1.0, 1.5]))
+    lines = (tmp_path / "requests.jsonl").read_bytes().splitlines()
+    assert len(lines) == 2 * FLUSH_LINES and rec.unwritten_requests == 10
+    assert [orjson.loads(x)["round"] for x in lines] == list(range(1, 2 * FLUSH_LINES + 1))
+    assert len(list(read_frames(tmp_path / TOKENS_FILE))) == 2 * FLUSH_LINES
+    assert not (tmp_path / "state.json").exists()
+    assert rec.flush()
+    assert len((tmp_path / "requests.jsonl").read_bytes().splitlines()) == n
+    assert orjson.loads((tmp_path / "state.json").read_bytes())["recorded"] == n
+    rec.close()
