@@ -3,7 +3,7 @@
 ``python -m stress.worker`` is started by the run's parent (``stress.pool``) with three
 pipes: the parent's frames come on stdin, this process's on stdout (``stress.wire``),
 stderr is kept by the parent for the ``worker_died`` event. The worker builds its own
-aiohttp session, client, tokenizer, corpus and ``Engine`` for users u with u % N == k, on
+client (its own connection pool), tokenizer, corpus and ``Engine`` for users u with u % N == k, on
 the parent's run clock (``t0_ns``: ``perf_counter`` is CLOCK_MONOTONIC on Linux, one clock
 for every process of the machine). It owns no file: every request start, record, event,
 user state and health sample goes to the parent, which records and shows them.
