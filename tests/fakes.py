@@ -129,3 +129,15 @@ async def serve(server: FakeServer) -> AsyncIterator[FakeServer]:
         yield server
     finally:
         await runner.cleanup()
+
+
+async def read_request(reader: asyncio.StreamReader, first: bytes = b"") -> bytes:
+    """One HTTP/1.1 request off a raw connection (its ``Content-Length`` body read and
+    dropped); returns the head. ``first``: bytes of it already read."""
+    head = first + await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    await reader.readexactly(length)
+    return head

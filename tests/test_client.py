@@ -18,7 +18,7 @@ from aiohttp import web
 from stress.client import ChatClient, TimeoutPolicy, _check_ok
 from stress.record import RequestRecord
 from stress.sse import MAX_EVENT_BYTES
-from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
+from tests.fakes import DONE, FakeServer, chunk, read_request, serve, stream, usage_chunk
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICY = TimeoutPolicy(connect=2, first_token=2, stall=1, total=5)
@@ -230,12 +230,7 @@ async def _closing_server() -> tuple[asyncio.Server, int, list[int]]:
         n = 0
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                await reader.readexactly(length)
+                await read_request(reader)
                 n += 1
                 if n > 1:
                     writer.close()
@@ -318,14 +313,9 @@ class RawServer:
                     except TimeoutError:
                         self.idle_closed += 1
                         return
-                head = first + await reader.readuntil(b"\r\n\r\n")
+                head = await read_request(reader, first)
                 request_line, *lines = head.split(b"\r\n")
                 method, path = request_line.split(b" ")[:2]
-                length = 0
-                for line in lines:
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                await reader.readexactly(length)
                 if path == b"/v1/chat/completions":
                     ids = [v for k, _, v in (x.partition(b":") for x in lines)
                            if k.lower() == b"x-request-id"]  # fmt: skip

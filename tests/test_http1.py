@@ -19,7 +19,7 @@ import pytest
 from stress.client import ChatClient, TimeoutPolicy
 from stress.http1 import Endpoint, Pool, request_head
 from stress.record import RequestRecord
-from tests.fakes import DONE, chunk, usage_chunk
+from tests.fakes import DONE, chunk, read_request, usage_chunk
 
 POLICY = TimeoutPolicy(connect=2, first_token=3, stall=2, total=6)
 BODY = orjson.dumps({"model": "m", "messages": [], "stream": True})
@@ -55,13 +55,7 @@ class Raw:
         self.most_open = max(self.most_open, self.open_now)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                await reader.readexactly(length)
-                self.heads.append(head)
+                self.heads.append(await read_request(reader))
                 keep = await self.reply(len(self.heads), writer)
                 await writer.drain()
                 if not keep:
