@@ -238,6 +238,10 @@ class ReplyReader:
             return
         if self._mode == _STREAM:
             self._end_stream(usage=False)  # a stream that broke off keeps what it carried
+        elif self._mode == _ERROR and kind == "reset":
+            # the server said no (a 413 for a body it would not read, then closed): that
+            # status is the outcome, not the close that followed it
+            self._http_error()
         self._stop(kind, message)
 
     # --- the caller's ---------------------------------------------------------------------

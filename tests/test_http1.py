@@ -277,3 +277,13 @@ async def test_tls_verifies_the_server_and_trusts_ssl_cert_file(
     assert refused.error_class == "connect" and refused.error is not None
     assert "CERTIFICATE_VERIFY_FAILED" in refused.error or "certificate" in refused.error
     assert trusted.outcome == "ok", trusted.error
+
+
+async def test_an_error_status_then_a_close_is_the_error_not_a_reset() -> None:
+    """A server that refuses a body it will not read (HTTP 413), then drops the connection
+    before its promised error body ends: the record says 413, as the server did."""
+    data = b'HTTP/1.1 413 Payload Too Large\r\nContent-Length: 100\r\n\r\n{"error": "too big"'
+    async with raw(writes(data, keep=False)) as server:
+        [rec] = await chats(f"http://127.0.0.1:{server.port}", 1)
+    assert rec.error_class == "http_4xx" and rec.http_status == 413, rec.error
+    assert rec.error is not None and rec.error.startswith("HTTP 413")
