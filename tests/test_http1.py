@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from stress.client import ChatClient, TimeoutPolicy
-from stress.http1 import Endpoint, Pool, request_head
+from stress.http1 import Endpoint, request_head
 from stress.record import RequestRecord
 from tests.fakes import DONE, chunk, read_request, usage_chunk
 
@@ -197,10 +197,9 @@ async def test_the_limit_bounds_open_connections_and_the_rest_wait() -> None:
 
 async def test_connections_closed_or_idle_too_long_are_never_reused() -> None:
     async with raw(writes(framed(SSE))) as server:
-        pool = Pool(Endpoint.parse(f"http://127.0.0.1:{server.port}"), limit=4, connect_s=2)
-        pool.keepalive_s = 0.2
         client = ChatClient(f"http://127.0.0.1:{server.port}", {}, POLICY, limit=4)
-        client.pool = pool
+        pool = client.pool  # the client's own pool, with a shorter keep-alive
+        pool.keepalive_s = 0.2
         for _ in range(2):
             rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
             await client.chat(BODY, rec, time.perf_counter())
