@@ -48,17 +48,18 @@ class TiktokenTokenizer:
     name = "tiktoken:cl100k_base"
 
     def __init__(self) -> None:
-        import base64
+        import binascii
 
         import tiktoken
 
         data = resources.files("stress").joinpath("data/cl100k_base.tiktoken").read_bytes()
         if hashlib.sha256(data).hexdigest() != CL100K_SHA256:
             raise ValueError("stress/data/cl100k_base.tiktoken does not match its SHA-256")
-        ranks = {
-            base64.b64decode(tok): int(rank)
-            for tok, rank in (line.split() for line in data.splitlines() if line)
-        }
+        # Lines of "base64-token rank". The file is the one the hash names, whose ranks are
+        # its line numbers (a test holds that), so they need no parsing: half the time of
+        # a per-line parse, on the way to the first request (issue 15).
+        tokens = data.split()[0::2]
+        ranks = dict(zip(map(binascii.a2b_base64, tokens), range(len(tokens)), strict=True))
         self._enc = tiktoken.Encoding(
             "cl100k_base",
             pat_str=_CL100K_PAT,
@@ -69,7 +70,7 @@ class TiktokenTokenizer:
         # (PyO3 extracts an owned HashMap), and the Python Encoding keeps the dict only to
         # pickle itself, which stress never does: dropping it gives back ~13 MiB per process.
         vars(self._enc).pop("_mergeable_ranks", None)
-        del ranks, data
+        del ranks, data, tokens
 
     def encode(self, text: str) -> list[int]:
         return self._enc.encode_ordinary(text)

@@ -15,6 +15,23 @@ def test_shipped_cl100k_works_offline_with_known_counts() -> None:
     assert tok.decode(tok.encode("zażółć gęślą jaźń 你好")) == "zażółć gęślą jaźń 你好"
 
 
+def test_the_shipped_file_ranks_its_tokens_by_line() -> None:
+    """The loader takes each token's rank from its line number, not its rank column."""
+    import base64
+    import hashlib
+    from importlib import resources
+
+    from stress.tokens import CL100K_SHA256
+
+    data = resources.files("stress").joinpath("data/cl100k_base.tiktoken").read_bytes()
+    assert hashlib.sha256(data).hexdigest() == CL100K_SHA256
+    lines = [line.split() for line in data.splitlines() if line]
+    assert [int(rank) for _, rank in lines] == list(range(len(lines)))
+    tok = get_tokenizer()
+    for token_b64, rank in lines[:: len(lines) // 500]:
+        assert tok.token_bytes(int(rank)) == base64.b64decode(token_b64)
+
+
 def test_no_network_needed() -> None:
     code = (
         "import socket\n"
