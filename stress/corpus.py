@@ -14,10 +14,12 @@ import random
 import re
 import stat
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
+from typing import TypeVar
 
 from stress.bundled import CORPORA
 from stress.errors import CorpusError
@@ -38,6 +40,7 @@ MAX_DOCUMENT_BYTES = 64 << 20
 """A single document above this is refused: a paste never needs more, and reading a
 huge file into memory per run is how a typo (a disk image, a log) freezes the machine."""
 
+_T = TypeVar("_T")
 _FIX_FOLDER = "point it at a folder of .txt/.md files (relative to the scenario file)"
 
 
@@ -179,6 +182,25 @@ WORD_LOOKBACK = 16
 """Tokens a cut may step back to end before a word (``Corpus._cut_paragraph``)."""
 
 
+_LOAD_THREADS = 8
+"""Threads that encode a corpus at load (tiktoken scales to about this many)."""
+
+
+def _in_threads(fn: Callable[[str], _T], items: list[str]) -> list[_T]:
+    """``[fn(x) for x in items]``, in groups on up to ``_LOAD_THREADS`` threads."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    threads = min(_LOAD_THREADS, cores, len(items) // 32)
+    if threads <= 1:
+        return [fn(x) for x in items]
+    step = -(-len(items) // (threads * 4))
+    groups = [items[i : i + step] for i in range(0, len(items), step)]
+    with ThreadPoolExecutor(threads, thread_name_prefix="stress-corpus") as pool:
+        return [r for done in pool.map(lambda g: [fn(x) for x in g], groups) for r in done]
+
+
 def _decodes(tok: Tokenizer) -> bool:
     """Whether the tokenizer has real token ids (encode, decode, per-token bytes)."""
     try:
@@ -223,12 +245,17 @@ class Corpus:
             paras = [p.strip() for p in text.replace("\r\n", "\n").split("\n\n")]
             paras = [p for p in paras if p]
             if paras:
-                ids = [self._ids(p) for p in paras]
-                counts = [
-                    self.tok.count(p) if i is None else len(i)
-                    for p, i in zip(paras, ids, strict=True)
-                ]
-                self.docs.append(_Doc(path.name, paras, counts, ids))
+                self.docs.append(_Doc(path.name, paras, []))
+        # tiktoken lets go of the GIL while it encodes: the paragraphs of all documents
+        # are encoded on several cores, as the load is on the way to the first request
+        every = [p for d in self.docs for p in d.paragraphs]
+        ids = iter(_in_threads(self._ids, every))
+        for d in self.docs:
+            d.ids = [next(ids) for _ in d.paragraphs]
+            d.counts = [
+                self.tok.count(p) if i is None else len(i)
+                for p, i in zip(d.paragraphs, d.ids, strict=True)
+            ]
         if not self.docs:
             raise CorpusError(
                 str(root),

@@ -30,6 +30,23 @@ def test_root_folder_skips_readme_notice_and_licences() -> None:
     assert "README.md" not in names and not any("LICENSE" in n.upper() for n in names)
 
 
+def test_the_corpus_encoded_on_several_threads_is_the_one_encoded_in_order() -> None:
+    """The load encodes paragraphs in groups on threads; each keeps its own ids, in order."""
+    import stress.corpus as corpus_mod
+
+    threaded = Corpus(CORPORA)
+    assert corpus_mod._in_threads(len, ["a" * i for i in range(200)]) == list(range(200))
+    tok = threaded.tok
+    every = [
+        (p, list(i or [])) for d in threaded.docs for p, i in zip(d.paragraphs, d.ids, strict=True)
+    ]
+    assert len(every) > 64  # enough for more than one thread where there are cores
+    assert all(ids == tok.encode(p) for p, ids in every)
+    assert [sum(d.counts) for d in threaded.docs] == [
+        sum(len(tok.encode(p)) for p in d.paragraphs) for d in threaded.docs
+    ]
+
+
 @pytest.mark.parametrize("lang", ["en", "es", "zh", "pl"])
 def test_excerpts_stay_within_budget(lang: str) -> None:
     corpus = Corpus(CORPORA / lang)
