@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import aiohttp
+from stress.fetch import Fetcher, FetchError
 
 
 async def server_token_count(
-    session: aiohttp.ClientSession, base_url: str, headers: dict[str, str], model: str, text: str
+    session: Fetcher, base_url: str, headers: dict[str, str], model: str, text: str
 ) -> tuple[int, str] | None:
     """(count, endpoint) from the first tokenize endpoint that answers, else None."""
     attempts: list[tuple[str, dict[str, Any]]] = [
@@ -22,21 +22,14 @@ async def server_token_count(
         ("/v1/tokenize", {"model": model, "prompt": text, "add_special_tokens": False}),
         ("/tokenize", {"content": text, "add_special": False}),
     ]
-    timeout = aiohttp.ClientTimeout(total=10)
     for path, body in attempts:
         try:
-            # never follow a redirect: it would carry the key (and the sample) elsewhere
-            async with session.post(
-                base_url + path,
-                json=body,
-                headers=headers,
-                timeout=timeout,
-                allow_redirects=False,
-            ) as resp:
-                if resp.status != 200:
-                    continue
-                obj = await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+            # never follows a redirect: it would carry the key (and the sample) elsewhere
+            resp = await session.request("POST", base_url + path, headers, 10.0, body)
+            if resp.status != 200:
+                continue
+            obj = resp.json()
+        except (FetchError, ValueError):
             continue
         if isinstance(obj, dict):
             count = obj.get("count")

@@ -28,6 +28,7 @@ from stress.errors import RunDirError, ScenarioError, StressError
 from stress.secrets import REDACTOR
 
 if TYPE_CHECKING:
+    from stress.gpu_discovery import GpuDiscovery
     from stress.metrics_export import MetricsExporter
     from stress.scenario import LoadedScenario
 
@@ -261,6 +262,16 @@ def _close_metrics(metrics: MetricsExporter | None, linger: float) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from stress.gpu_discovery import GpuDiscovery
+
+    gpu = GpuDiscovery()  # first: NVML's start-up overlaps the imports below
+    try:
+        return _cmd_run(args, gpu)
+    finally:
+        gpu.discard()
+
+
+def _cmd_run(args: argparse.Namespace, gpu: GpuDiscovery) -> int:
     from stress.run import execute
     from stress.scenario import load_scenario, with_overrides
 
@@ -301,6 +312,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 ui=ui,
                 metrics=metrics,
                 ray=args.ray,
+                gpu_discovery=gpu,
             )
         )
     finally:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import os
 import socket
 import ssl
 import time
@@ -53,7 +54,12 @@ FailKind = Literal["dropped", "reset", "protocol", "client_error"]
 
 class ConnectError(Exception):
     """A connection could not be opened (refused, unresolvable, TLS, timeout); the message
-    names the host and port and why, never a credential."""
+    names the host and port and why, never a credential; ``reason`` is the why alone
+    (``Connection refused``, ``timeout``)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +113,10 @@ class Endpoint:
         return cls(scheme, host, port, parts.path.rstrip("/"), host_header)
 
 
-def request_head(endpoint: Endpoint, path: str, headers: dict[str, str], *, close: bool) -> bytes:
-    """The constant part of a POST's head (everything but ``Content-Length`` and the
+def request_head(
+    endpoint: Endpoint, path: str, headers: dict[str, str], *, close: bool, method: str = "POST"
+) -> bytes:
+    """The constant part of a request's head (everything but ``Content-Length`` and the
     request id), built once per client. ``headers`` override the defaults by name, in
     any case. A line break in a name or value is refused (it would inject a header); the
     error names the header, never its value (it may be a key)."""
@@ -118,15 +126,16 @@ def request_head(endpoint: Endpoint, path: str, headers: dict[str, str], *, clos
         "User-Agent": f"stress/{__version__}",
         "Accept": "*/*",
         "Accept-Encoding": "identity",
-        "Content-Type": "application/json",
     }
+    if method == "POST":
+        defaults["Content-Type"] = "application/json"
     for name, value in (*defaults.items(), *headers.items()):
         if any(c in name for c in "\r\n\0:") or any(c in value for c in "\r\n\0"):
             raise ValueError(f"header {name[:60]!r} holds a line break, NUL or colon")
         merged[name.lower()] = (name, value)
     if close:
         merged["connection"] = ("Connection", "close")
-    lines = [f"POST {endpoint.path_prefix}{path} HTTP/1.1\r\n".encode("ascii")]
+    lines = [f"{method} {endpoint.path_prefix}{path} HTTP/1.1\r\n".encode("ascii")]
     lines += [f"{name}: {value}\r\n".encode() for name, value in merged.values()]
     return b"".join(lines)
 
@@ -461,11 +470,11 @@ class Pool:
                         last = e
         except TimeoutError:
             raise ConnectError(
-                f"cannot connect to {where}: no connection within {self.connect_s:g}s"
+                f"cannot connect to {where}: no connection within {self.connect_s:g}s", "timeout"
             ) from None
         except OSError as e:  # the name did not resolve
-            raise ConnectError(f"cannot connect to {where}: {_text(e)}") from None
-        raise ConnectError(f"cannot connect to {where}: {_text(last)}")
+            raise ConnectError(f"cannot connect to {where}: {_text(e)}", _reason(e)) from None
+        raise ConnectError(f"cannot connect to {where}: {_text(last)}", _reason(last))
 
     async def _resolve(self, loop: asyncio.AbstractEventLoop) -> list[str]:
         if time.monotonic() - self._addrs_at < DNS_TTL_S:
@@ -489,6 +498,17 @@ class Pool:
 
 def _str(raw: bytes | None) -> str | None:
     return None if raw is None else raw.decode("latin-1")
+
+
+def _reason(e: BaseException | None) -> str:
+    """Why a connection failed, in a few words: the errno's text where there is one
+    (``Connection refused``, not asyncio's ``Connect call failed``)."""
+    if isinstance(e, OSError):
+        if e.errno is not None and e.errno > 0:
+            return os.strerror(e.errno)
+        if e.strerror:
+            return str(e.strerror)
+    return type(e).__name__ if e is not None else "unknown"
 
 
 def _text(e: BaseException | None) -> str:

@@ -5,7 +5,7 @@ metrics and cached-token flags), the comparison of the scenario with the server'
 per-request context, and GPU memory still held by another process (a restarted engine
 keeps VRAM for a while, field note 13). Nothing here raises for a server-side problem.
 
-The GPU part runs in a child process (``python -m stress.gpu_preflight``) started at once and
+The GPU part runs in a child process (``stress.gpu_discovery``) started at once and
 awaited when needed: NVML's initialisation took a quarter of a second and 34 MiB of the
 load generator's memory on an H200 host, which a run with ``gpus: off`` must not pay and
 one with GPU telemetry pays in its collector only.
@@ -14,49 +14,16 @@ one with GPU telemetry pays in its collector only.
 from __future__ import annotations
 
 import asyncio
-import sys
 from typing import Any
 
-import aiohttp
-import orjson
-
+from stress.fetch import Fetcher
+from stress.gpu_discovery import GpuDiscovery
 from stress.probe import ProbeResult, check_scenario, probe
-
-GPU_PREFLIGHT_TIMEOUT_S = 60.0
-"""An NVML that does not answer in this long is reported, not waited for."""
 
 
 async def gpu_info() -> dict[str, Any]:
-    """``stress.gpu_preflight`` in a child process; a failure or a hang is a summary line."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "stress.gpu_preflight",
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-    except OSError as e:
-        return {"summary": f"GPU discovery could not start: {e}"}
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), GPU_PREFLIGHT_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return {"summary": f"GPU discovery did not answer within {GPU_PREFLIGHT_TIMEOUT_S:g} s"}
-    except asyncio.CancelledError:  # the run ended before it needed the answer
-        if proc.returncode is None:
-            proc.kill()
-        raise
-    try:
-        found = orjson.loads(out) if proc.returncode == 0 else None
-    except orjson.JSONDecodeError:
-        found = None
-    if not isinstance(found, dict):
-        last = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        return {"summary": f"GPU discovery failed (exit {proc.returncode}): {last[:200]}"}
-    return found
+    """The GPU pre-flight, started now."""
+    return await GpuDiscovery().result()
 
 
 async def with_gpu_info(
@@ -68,7 +35,7 @@ async def with_gpu_info(
 
 
 async def preflight(
-    session: aiohttp.ClientSession,
+    session: Fetcher,
     url: str,
     headers: dict[str, str],
     ceiling_tokens: int,

@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import re
 from typing import Any, Literal
 
-import aiohttp
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +34,7 @@ from stress.collectors.prometheus import (
     parse_metrics,
     vllm_kv_pool_tokens,
 )
+from stress.fetch import Fetcher, FetchError
 from stress.secrets import safe_url
 
 ServerKind = Literal["vllm", "sglang", "llamacpp", "openai", "unknown"]
@@ -151,40 +150,28 @@ class _Resp:
         return f"HTTP {self.status} ({self.ctype or 'no content type'}, {len(self.body):,} bytes)"
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "timeout"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        err, code = exc.os_error, exc.os_error.errno
-        # errno for refused/unreachable (not asyncio's 'Connect call failed'); DNS has none
-        why = os.strerror(code) if code and code > 0 else (err.strerror or type(err).__name__)
-        return f"cannot connect: {why}"
-    if isinstance(exc, aiohttp.InvalidURL):
-        return "invalid URL"
-    return type(exc).__name__
+def _describe(exc: FetchError) -> str:
+    if exc.kind == "connect":
+        return f"cannot connect: {exc.reason}"
+    if exc.kind == "url":
+        return exc.reason  # "invalid URL", "bad header": never the header's value
+    return exc.reason if exc.kind in ("timeout", "disconnected") else exc.kind.replace("_", " ")
 
 
 async def _request(
-    session: aiohttp.ClientSession,
-    method: str,
+    session: Fetcher,
+    method: Literal["GET", "POST"],
     url: str,
     headers: dict[str, str],
     timeout_s: float,
     json_body: dict[str, Any] | None = None,
 ) -> _Resp:
+    """Never follows a redirect (the ``Location`` is reported, the key stays here)."""
     try:
-        async with session.request(
-            method,
-            url,
-            headers=headers,
-            json=json_body,
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
-            allow_redirects=False,
-        ) as resp:
-            body = await resp.read()
-            return _Resp(resp.status, body, None, resp.content_type, resp.headers.get("Location"))
-    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+        resp = await session.request(method, url, headers, timeout_s, json_body)
+    except FetchError as exc:
         return _Resp(None, b"", _describe(exc))
+    return _Resp(resp.status, resp.body, None, resp.content_type or "", resp.location)
 
 
 _ENDPOINTS = ("/health", "/v1/models", "/version", "/props", "/slots", "/server_info", "/metrics")
@@ -263,7 +250,7 @@ def _chat_template_digest(template: Any) -> str | None:
 
 
 async def probe(
-    session: aiohttp.ClientSession,
+    session: Fetcher,
     base_url: str,
     headers: dict[str, str],
     *,
@@ -489,7 +476,7 @@ def _not_compatible(models: _Resp, key_sent: bool) -> str:
 
 
 async def _test_request(
-    session: aiohttp.ClientSession,
+    session: Fetcher,
     base: str,
     headers: dict[str, str],
     model: str,

@@ -14,10 +14,10 @@ import math
 import os
 import sys
 
-import aiohttp
 import orjson
 
 from stress.errors import StressError
+from stress.fetch import Fetcher
 from stress.preflight import gpu_info, with_gpu_info
 from stress.probe import ProbeResult, check_scenario, normalize_base_url, probe, render_probe
 from stress.secrets import REDACTOR, load_api_key, safe_url
@@ -116,8 +116,7 @@ async def _run(target: str, key: str | None, send_test: bool, timeout_s: float) 
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     gpu = asyncio.ensure_future(gpu_info())  # NVML in a child process, meanwhile
     # Fresh connections: pooled keep-alive connections were seen dying between requests.
-    connector = aiohttp.TCPConnector(force_close=True, limit=16)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with Fetcher(reuse=False) as session:
         result = await probe(
             session, target, headers, send_test_request=send_test, timeout_s=timeout_s
         )

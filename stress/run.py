@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import aiohttp
-
 import stress
 from stress.calibrate import server_token_count
 from stress.client import ChatClient, TimeoutPolicy
@@ -33,10 +31,12 @@ from stress.corpus import Corpus
 from stress.engine import Engine, RunCounters
 from stress.errors import RecordingError, RunDirError, StressError
 from stress.events import QUIET_EVENT_KINDS, RunEvent
+from stress.fetch import Fetcher
+from stress.gpu_discovery import GpuDiscovery
 from stress.hangs import GatedSink, HangGate
 from stress.headless import HeadlessPrinter, UiSink
 from stress.live import Live
-from stress.preflight import gpu_info, preflight
+from stress.preflight import preflight
 from stress.probe import check_users
 from stress.recorder import Recorder, new_run_dir, write_json
 from stress.scenario import LoadedScenario, Scenario, phase_plan, time_scaled, worker_count
@@ -50,7 +50,16 @@ if TYPE_CHECKING:  # the end-of-run modules load when the run ends (docs/perform
     from stress.pool import WorkerPool
     from stress.ray_pool import RayLauncher
 
-PACKAGES = ("aiohttp", "orjson", "numpy", "pydantic", "tiktoken", "uvloop", "nvidia-ml-py")
+PACKAGES = (
+    "aiohttp",
+    "httptools",
+    "orjson",
+    "numpy",
+    "pydantic",
+    "tiktoken",
+    "uvloop",
+    "nvidia-ml-py",
+)
 
 
 class _Stoppable(Protocol):
@@ -91,7 +100,7 @@ def _collectors(
     loaded: LoadedScenario,
     recorder: Recorder,
     clock: RunClock,
-    session: aiohttp.ClientSession,
+    session: Fetcher,
     target: Target,
     server_kind: str,
     gate: HangGate,
@@ -139,14 +148,17 @@ async def execute(
     search: str | None = None,
     metrics: MetricsExporter | None = None,
     ray: str | None = None,
+    gpu_discovery: GpuDiscovery | None = None,
 ) -> RunOutcome:
     """Run the scenario once into a new run directory under ``out_dir``; ``search`` is
     where a capacity search stands (the live view's header shows it); ``metrics``, when
     given, serves the run's live Prometheus metrics (``stress.metrics_export``); ``ray``,
     when given, runs the workers as actors of the Ray cluster at that address (``""``:
-    the one this machine belongs to; ``stress.ray_pool``)."""
+    the one this machine belongs to; ``stress.ray_pool``); ``gpu_discovery``: the GPU
+    pre-flight already started (else it starts now)."""
     session = make_session(loaded.scenario.timeouts.connect)
-    gpu = asyncio.ensure_future(gpu_info())  # NVML in a child process, meanwhile
+    found = gpu_discovery or GpuDiscovery()
+    gpu = asyncio.ensure_future(found.result())  # NVML in a child process, meanwhile
     try:
         async with open_target(loaded, session) as target:
             return await _run(
@@ -157,13 +169,14 @@ async def execute(
             gpu.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await gpu
+        found.discard()
         await session.close()
 
 
 async def _run(
     loaded: LoadedScenario,
     out_dir: Path,
-    session: aiohttp.ClientSession,
+    session: Fetcher,
     target: Target,
     progress_interval: float | None,
     ui: Literal["headless", "tui"],

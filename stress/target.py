@@ -3,8 +3,8 @@
 ``open_target`` resolves a scenario's ``target:`` into a :class:`Target`: it starts the
 simulator in its own process when the URL is ``sim``, reads the API key from where the user
 named it, lists the server's models and checks that the scenario's model is served (one
-line, exit 1, when it is not). ``make_session`` builds the aiohttp session for everything
-but the chat requests, which have their own pool (``stress.http1``).
+line, exit 1, when it is not). ``make_session`` builds the :class:`~stress.fetch.Fetcher`
+for everything but the chat requests, which have their own pool (``stress.client``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from stress.errors import TargetError
+from stress.fetch import Fetcher, FetchError
 from stress.scenario import LoadedScenario
 from stress.secrets import load_api_key, safe_url
 
@@ -32,22 +31,15 @@ class Target:
     """Simulated seconds per wall second (the built-in simulator only)."""
 
 
-def make_session(connect_s: float) -> aiohttp.ClientSession:
-    """The session for everything but the chat requests (the model list, the probe, the
-    tokenizer calibration, the server's metrics and health): a few requests at a time.
-    The chat requests have their own pool (``stress.http1``, through ``ChatClient``)."""
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=16, keepalive_timeout=30),
-        timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=connect_s),
-        read_bufsize=1 << 20,
-        auto_decompress=False,
-    )
+def make_session(connect_s: float) -> Fetcher:
+    """The requests for everything but the chat requests (the model list, the probe, the
+    tokenizer calibration, the server's metrics and health): a few at a time, kept alive.
+    The chat requests have their own pool (``ChatClient``)."""
+    return Fetcher(connect_s, limit=16)
 
 
 @contextlib.asynccontextmanager
-async def open_target(
-    loaded: LoadedScenario, session: aiohttp.ClientSession
-) -> AsyncIterator[Target]:
+async def open_target(loaded: LoadedScenario, session: Fetcher) -> AsyncIterator[Target]:
     """Resolve the target: start the simulator if asked, read the key, find the model."""
     sc = loaded.scenario
     t = sc.target
@@ -98,36 +90,35 @@ def _check_model(url: str, model: str, models: list[dict[str, Any]]) -> None:
         )
 
 
-async def list_models(
-    session: aiohttp.ClientSession, url: str, headers: dict[str, str]
-) -> list[dict[str, Any]]:
+async def list_models(session: Fetcher, url: str, headers: dict[str, str]) -> list[dict[str, Any]]:
+    """The server's model cards (a redirect is not followed: it is the answer)."""
     where = safe_url(url)
     try:
-        async with session.get(
-            url + "/v1/models", headers=headers, timeout=aiohttp.ClientTimeout(total=30)
-        ) as resp:
-            if resp.status in (401, 403):
-                if "Authorization" not in headers:
-                    raise TargetError(
-                        f"{where} wants an API key (HTTP {resp.status}) and none was sent -- "
-                        "fix: export the variable that target.api_key_env names (e.g. "
-                        "STRESS_API_KEY=...)"
-                    )
-                raise TargetError(
-                    f"{where} refused the API key (HTTP {resp.status}) -- fix: set "
-                    "target.api_key_env to a variable holding a valid key"
-                )
-            if resp.status != 200:
-                raise TargetError(
-                    f"{where}/v1/models answered HTTP {resp.status} -- fix: check that the "
-                    "target is an OpenAI-compatible server root (no /v1 suffix)"
-                )
-            obj = await resp.json(content_type=None)
-    except (aiohttp.ClientError, TimeoutError) as e:
+        resp = await session.get(url + "/v1/models", headers, 30.0)
+    except FetchError as e:
+        why = f"cannot connect: {e.reason}" if e.kind == "connect" else e.reason
         raise TargetError(
-            f"cannot reach {where} ({type(e).__name__}) -- fix: start the server, or pass "
+            f"cannot reach {where} ({why}) -- fix: start the server, or pass "
             "--target URL (or --target sim for the built-in simulator)"
         ) from None
+    if resp.status in (401, 403):
+        if "Authorization" not in headers:
+            raise TargetError(
+                f"{where} wants an API key (HTTP {resp.status}) and none was sent -- "
+                "fix: export the variable that target.api_key_env names (e.g. "
+                "STRESS_API_KEY=...)"
+            )
+        raise TargetError(
+            f"{where} refused the API key (HTTP {resp.status}) -- fix: set "
+            "target.api_key_env to a variable holding a valid key"
+        )
+    if resp.status != 200:
+        raise TargetError(
+            f"{where}/v1/models answered HTTP {resp.status} -- fix: check that the "
+            "target is an OpenAI-compatible server root (no /v1 suffix)"
+        )
+    try:
+        obj = resp.json()
     except ValueError:
         raise TargetError(f"{where}/v1/models did not return JSON") from None
     data = obj.get("data") if isinstance(obj, dict) else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,3 +142,64 @@ async def read_request(reader: asyncio.StreamReader, first: bytes = b"") -> byte
             length = int(line.split(b":")[1])
     await reader.readexactly(length)
     return head
+
+
+# --- raw HTTP/1.1 servers: every byte on the wire as the test says ------------------
+
+Reply = Callable[[int, asyncio.StreamWriter], Awaitable[bool]]
+"""Writes the reply to request n; False closes the connection afterwards."""
+
+
+def framed(body: bytes, *, ctype: bytes = b"text/event-stream", extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s" % (
+        ctype,
+        len(body),
+        extra,
+        body,
+    )
+
+
+@dataclass
+class Raw:
+    """A server that reads HTTP/1.1 requests and answers each with ``reply``."""
+
+    reply: Reply
+    port: int = 0
+    connections: int = 0
+    open_now: int = 0
+    most_open: int = 0
+    heads: list[bytes] = field(default_factory=list)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self.open_now += 1
+        self.most_open = max(self.most_open, self.open_now)
+        try:
+            while True:
+                self.heads.append(await read_request(reader))
+                keep = await self.reply(len(self.heads), writer)
+                await writer.drain()
+                if not keep:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.open_now -= 1
+            writer.close()
+
+
+@contextlib.asynccontextmanager
+async def raw(reply: Reply, tls: ssl.SSLContext | None = None) -> AsyncIterator[Raw]:
+    server = Raw(reply)
+    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=tls)
+    server.port = srv.sockets[0].getsockname()[1]
+    async with srv:
+        yield server
+
+
+def writes(data: bytes, keep: bool = True) -> Reply:
+    async def reply(n: int, w: asyncio.StreamWriter) -> bool:
+        w.write(data)
+        return keep
+
+    return reply

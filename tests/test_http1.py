@@ -4,13 +4,10 @@ framing, interim replies, hostile heads, the limit, keep-alive and its end, TLS.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
 import ssl
 import subprocess
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
@@ -19,69 +16,11 @@ import pytest
 from stress.client import ChatClient, TimeoutPolicy
 from stress.http1 import Endpoint, request_head
 from stress.record import RequestRecord
-from tests.fakes import DONE, chunk, read_request, usage_chunk
+from tests.fakes import DONE, chunk, framed, raw, usage_chunk, writes
 
 POLICY = TimeoutPolicy(connect=2, first_token=3, stall=2, total=6)
 BODY = orjson.dumps({"model": "m", "messages": [], "stream": True})
 SSE = chunk("hi", finish="stop") + usage_chunk(12, 1) + DONE
-
-Reply = Callable[[int, asyncio.StreamWriter], Awaitable[bool]]
-"""Writes the reply to request n; False closes the connection afterwards."""
-
-
-def framed(body: bytes, *, ctype: bytes = b"text/event-stream", extra: bytes = b"") -> bytes:
-    return b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n%s" % (
-        ctype,
-        len(body),
-        extra,
-        body,
-    )
-
-
-@dataclass
-class Raw:
-    """A server that reads HTTP/1.1 requests and answers each with ``reply``."""
-
-    reply: Reply
-    port: int = 0
-    connections: int = 0
-    open_now: int = 0
-    most_open: int = 0
-    heads: list[bytes] = field(default_factory=list)
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        self.open_now += 1
-        self.most_open = max(self.most_open, self.open_now)
-        try:
-            while True:
-                self.heads.append(await read_request(reader))
-                keep = await self.reply(len(self.heads), writer)
-                await writer.drain()
-                if not keep:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            self.open_now -= 1
-            writer.close()
-
-
-@contextlib.asynccontextmanager
-async def raw(reply: Reply, tls: ssl.SSLContext | None = None) -> AsyncIterator[Raw]:
-    server = Raw(reply)
-    srv = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=tls)
-    server.port = srv.sockets[0].getsockname()[1]
-    async with srv:
-        yield server
-
-
-def writes(data: bytes, keep: bool = True) -> Reply:
-    async def reply(n: int, w: asyncio.StreamWriter) -> bool:
-        w.write(data)
-        return keep
-
-    return reply
 
 
 async def chats(

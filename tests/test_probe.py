@@ -21,12 +21,12 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 from aiohttp import web
 
 from stress import probe_cli
+from stress.fetch import Fetcher
 from stress.probe import (
     ProbeResult,
     check_scenario,
@@ -152,7 +152,7 @@ def closed_port() -> int:
 
 
 async def test_probe_llamacpp_h200_payloads() -> None:
-    async with serve(llamacpp_routes()) as (url, _), aiohttp.ClientSession() as s:
+    async with serve(llamacpp_routes()) as (url, _), Fetcher() as s:
         r = await probe(s, url + "/v1/", {})
     assert r.reachable and r.kind == "llamacpp"
     assert "/v1/models owned_by=llamacpp" in r.kind_evidence
@@ -175,7 +175,7 @@ async def test_probe_llamacpp_h200_payloads() -> None:
 
 
 async def test_llamacpp_8192_slots_warn_for_a_50k_ceiling() -> None:
-    async with serve(llamacpp_routes()) as (url, _), aiohttp.ClientSession() as s:
+    async with serve(llamacpp_routes()) as (url, _), Fetcher() as s:
         r = await probe(s, url, {})
     warnings = check_scenario(r, ceiling_tokens=50_000, max_tokens=2_000)
     ctx = [w for w in warnings if "per-request context" in w]
@@ -193,7 +193,7 @@ async def test_llamacpp_8192_slots_warn_for_a_50k_ceiling() -> None:
 
 
 async def test_more_users_than_llamacpp_slots_warns() -> None:
-    async with serve(llamacpp_routes()) as (url, _), aiohttp.ClientSession() as s:
+    async with serve(llamacpp_routes()) as (url, _), Fetcher() as s:
         r = await probe(s, url, {})
     [w] = check_users(r, 24)
     assert w.startswith("24 users on 16 llama.cpp slots")
@@ -208,7 +208,7 @@ async def test_more_users_than_llamacpp_slots_warns() -> None:
 async def test_llamacpp_metrics_disabled_gives_the_flag() -> None:
     routes = llamacpp_routes()
     del routes[("GET", "/metrics")]
-    async with serve(routes) as (url, _), aiohttp.ClientSession() as s:
+    async with serve(routes) as (url, _), Fetcher() as s:
         r = await probe(s, url, {})
     assert not r.metrics_available and r.metrics_flag is not None
     assert "--metrics" in r.metrics_flag
@@ -219,7 +219,7 @@ async def test_llamacpp_metrics_disabled_gives_the_flag() -> None:
 
 
 async def test_probe_vllm() -> None:
-    async with serve(vllm_routes()) as (url, seen), aiohttp.ClientSession() as s:
+    async with serve(vllm_routes()) as (url, seen), Fetcher() as s:
         r = await probe(s, url, {"Authorization": "Bearer sk-test-1234"})
     assert r.kind == "vllm" and r.version == "0.32.0" and r.model == "smol"
     assert r.context_length == 4096 and r.context_source == "/v1/models max_model_len"
@@ -238,18 +238,18 @@ async def test_probe_vllm() -> None:
 
 
 async def test_vllm_test_request_detects_missing_cached_tokens() -> None:
-    async with serve(vllm_routes(details=False)) as (url, seen), aiohttp.ClientSession() as s:
+    async with serve(vllm_routes(details=False)) as (url, seen), Fetcher() as s:
         r = await probe(s, url, {}, send_test_request=True)
     assert len(seen.posts) == 1 and seen.posts[0]["max_tokens"] == 1
     assert r.cached_tokens_reported is False
     assert any("--enable-prompt-tokens-details" in w for w in check_scenario(r, 100, 10))
-    async with serve(vllm_routes(details=True)) as (url, _), aiohttp.ClientSession() as s:
+    async with serve(vllm_routes(details=True)) as (url, _), Fetcher() as s:
         r = await probe(s, url, {}, send_test_request=True)
     assert r.cached_tokens_reported is True and r.cached_tokens_flag is None
 
 
 async def test_vllm_without_metrics() -> None:
-    async with serve(vllm_routes(metrics=False)) as (url, _), aiohttp.ClientSession() as s:
+    async with serve(vllm_routes(metrics=False)) as (url, _), Fetcher() as s:
         r = await probe(s, url, {})
     assert r.kind == "vllm" and not r.metrics_available
     assert r.metrics_flag is not None and "--disable-log-stats" in r.metrics_flag
@@ -276,7 +276,7 @@ async def test_probe_sglang_server_info_is_redacted() -> None:
         ("GET", "/server_info"): (200, orjson.dumps(info)),
         ("GET", "/v1/models"): (200, orjson.dumps({"data": [card]})),
     }
-    async with serve(routes) as (url, _), aiohttp.ClientSession() as s:
+    async with serve(routes) as (url, _), Fetcher() as s:
         r = await probe(s, url, {})
     assert r.kind == "sglang" and r.version == "0.5.23"
     assert r.context_length == 131072 and r.slots == 48 and r.kv_pool_tokens == 431000
@@ -293,14 +293,14 @@ async def test_probe_sglang_server_info_is_redacted() -> None:
 async def test_probe_plain_openai_server() -> None:
     card = {"id": "m", "object": "model", "owned_by": "someone"}
     routes: Routes = {("GET", "/v1/models"): (200, orjson.dumps({"data": [card]}))}
-    async with serve(routes) as (url, _), aiohttp.ClientSession() as s:
+    async with serve(routes) as (url, _), Fetcher() as s:
         r = await probe(s, url, {})
     assert r.reachable and r.kind == "openai" and r.context_length is None
     assert any("context length is unknown" in w for w in check_scenario(r, 1000, 10))
 
 
 async def test_probe_unreachable() -> None:
-    async with aiohttp.ClientSession() as s:
+    async with Fetcher() as s:
         r = await probe(s, f"http://127.0.0.1:{closed_port()}", {}, timeout_s=2)
     assert not r.reachable and r.error is not None and "connect" in r.error
     assert check_scenario(r, 50_000, 2_000) == [f"server not reachable at {r.target}: {r.error}"]
@@ -382,7 +382,7 @@ def test_cli_errors_are_one_line(
 
 
 async def test_vllm_keeps_the_preemption_wording() -> None:
-    async with serve(vllm_routes()) as (url, _), aiohttp.ClientSession() as s:
+    async with serve(vllm_routes()) as (url, _), Fetcher() as s:
         r = await probe(s, url, {})
     warnings = check_scenario(r, ceiling_tokens=50_000, max_tokens=2_000)
     ctx = [w for w in warnings if "per-request context" in w]
@@ -556,7 +556,7 @@ def test_calibration_never_follows_a_redirect() -> None:
     from stress.calibrate import server_token_count
 
     async def count(url: str) -> tuple[int, str] | None:
-        async with aiohttp.ClientSession() as s:
+        async with Fetcher() as s:
             return await server_token_count(s, url, {"Authorization": "Bearer k"}, "m", "hi")
 
     with redirecting_pair() as (url, other_hits):

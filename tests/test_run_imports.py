@@ -14,6 +14,7 @@ import tracemalloc
 import orjson
 
 END_OF_RUN = (
+    "aiohttp",  # never in the run's process: the probe and scrapes go through stress.fetch
     "numpy",  # the live view's percentiles, the client's health and tokens.bin need none
     "pynvml",  # the GPU pre-flight runs in a child process; the GPU collector loads it
     "matplotlib",

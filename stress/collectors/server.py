@@ -24,7 +24,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
 
 from stress.collectors.base import Collector, RunClock, Sink
@@ -40,6 +39,7 @@ from stress.collectors.prometheus import (
     parse_metrics,
 )
 from stress.events import RunEvent, Severity
+from stress.fetch import Fetcher, FetchError
 from stress.probe import METRICS_FLAGS, normalize_base_url
 
 _MAX_ERROR_EVENTS = 20
@@ -75,28 +75,24 @@ class Scrape:
     """Why the /slots request failed (None: it answered, or was not asked)."""
 
 
-def describe_error(exc: BaseException) -> str:
+def describe_error(exc: FetchError) -> str:
     """A short, secret-free description of a transport error."""
-    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
-        return "timeout"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot connect ({exc.os_error.strerror or type(exc.os_error).__name__})"
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return "server disconnected"
-    return type(exc).__name__
+    if exc.kind == "connect":
+        return f"cannot connect ({exc.reason})"
+    if exc.kind in ("timeout", "disconnected"):
+        return exc.reason  # "timeout", "server disconnected"
+    return exc.kind.replace("_", " ")
 
 
 async def http_get(
-    session: aiohttp.ClientSession, url: str, headers: dict[str, str], timeout_s: float
+    session: Fetcher, url: str, headers: dict[str, str], timeout_s: float
 ) -> HttpResult:
     """GET ``url`` and read the body, never raising on transport errors."""
     try:
-        async with session.get(
-            url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as resp:
-            return HttpResult(resp.status, await resp.read())
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        resp = await session.get(url, headers, timeout_s)
+    except FetchError as exc:
         return HttpResult(None, b"", describe_error(exc))
+    return HttpResult(resp.status, resp.body)
 
 
 def _parse_slots(body: bytes) -> list[dict[str, Any]] | None:
@@ -172,7 +168,7 @@ class ServerCollector(Collector):
         sink: Sink,
         clock: RunClock,
         interval_s: float,
-        session: aiohttp.ClientSession,
+        session: Fetcher,
         base_url: str,
         headers: dict[str, str],
         kind: str,

@@ -15,7 +15,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 from aiohttp import web
@@ -24,6 +23,7 @@ from stress.collectors.base import RunClock
 from stress.collectors.prometheus import parse_metrics
 from stress.collectors.server import HttpResult, Scrape, ServerCollector
 from stress.events import RunEvent
+from stress.fetch import Fetcher
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -97,13 +97,13 @@ def scrape(
 
 
 @pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as s:
+async def session() -> AsyncIterator[Fetcher]:
+    async with Fetcher() as s:
         yield s
 
 
 def make(
-    session: aiohttp.ClientSession, kind: str = "vllm", **kw: Any
+    session: Fetcher, kind: str = "vllm", **kw: Any
 ) -> tuple[ServerCollector, ListSink]:
     sink = ListSink()
     col = ServerCollector(
@@ -115,7 +115,7 @@ def make(
 # --- derived numbers ------------------------------------------------------------------
 
 
-async def test_hit_rate_window_and_run_from_counter_deltas(session: aiohttp.ClientSession) -> None:
+async def test_hit_rate_window_and_run_from_counter_deltas(session: Fetcher) -> None:
     col, sink = make(session, window_s=10.0)
     q = h = 0.0
     col.ingest(scrape(0, vllm_text(queries=q, hits=h)))
@@ -142,7 +142,7 @@ async def test_hit_rate_window_and_run_from_counter_deltas(session: aiohttp.Clie
     assert len(sink.records) == 0  # ingest alone writes nothing; tick() writes
 
 
-async def test_sglang_batch_gauge_is_not_the_hit_rate(session: aiohttp.ClientSession) -> None:
+async def test_sglang_batch_gauge_is_not_the_hit_rate(session: Fetcher) -> None:
     def text(inp: float, hit: float) -> str:
         return f"""# TYPE sglang:prefill_effective_tokens counter
 sglang:prefill_effective_tokens_total{{mode="input",tp_rank="0"}} {inp}
@@ -161,7 +161,7 @@ sglang:num_running_reqs{{tp_rank="0"}} 1
     assert rec["hit_rate_window"] == pytest.approx(0.25)
 
 
-async def test_rates_preemptions_and_gauges(session: aiohttp.ClientSession) -> None:
+async def test_rates_preemptions_and_gauges(session: Fetcher) -> None:
     col, _ = make(session, window_s=60.0)
     col.ingest(scrape(0, vllm_text(gen=0, prompt=0)))
     rec = col.ingest(
@@ -178,7 +178,7 @@ async def test_rates_preemptions_and_gauges(session: aiohttp.ClientSession) -> N
 
 
 async def test_vllm_queue_and_prefill_time_from_histogram_deltas(
-    session: aiohttp.ClientSession,
+    session: Fetcher,
 ) -> None:
     """Two scrapes of a real vLLM 0.32 server around one chat: one request queued and
     prefilled between them, its seconds the difference of the histograms' sums."""
@@ -210,7 +210,7 @@ async def test_vllm_queue_and_prefill_time_from_histogram_deltas(
 
 
 async def test_counter_reset_is_a_restart_not_a_negative_delta(
-    session: aiohttp.ClientSession,
+    session: Fetcher,
 ) -> None:
     col, sink = make(session)
     col.ingest(scrape(0, vllm_text(queries=1000, hits=500, gen=5000)))
@@ -228,7 +228,7 @@ async def test_counter_reset_is_a_restart_not_a_negative_delta(
     assert sink.kinds() == ["restart"]  # growing again is no new restart
 
 
-async def test_process_start_change_is_a_restart(session: aiohttp.ClientSession) -> None:
+async def test_process_start_change_is_a_restart(session: Fetcher) -> None:
     col, sink = make(session)
     col.ingest(scrape(0, vllm_text(gen=10, start=1.7e9)))
     col.ingest(scrape(1, vllm_text(gen=500, start=1.7e9 + 60)))  # counters grew past
@@ -240,7 +240,7 @@ async def test_process_start_change_is_a_restart(session: aiohttp.ClientSession)
 
 
 async def test_server_down_after_consecutive_failures_and_back(
-    session: aiohttp.ClientSession,
+    session: Fetcher,
 ) -> None:
     col, sink = make(session, down_after=2)
     col.ingest(scrape(0, vllm_text(gen=10)))
@@ -260,7 +260,7 @@ async def test_server_down_after_consecutive_failures_and_back(
     assert s["down_events"] == 1 and s["restarts"] == 1 and s["downtime_s"] == pytest.approx(4)
 
 
-async def test_health_503_counts_as_down(session: aiohttp.ClientSession) -> None:
+async def test_health_503_counts_as_down(session: Fetcher) -> None:
     col, sink = make(session, down_after=1)
     col.ingest(scrape(0, vllm_text(), health=503))
     assert sink.kinds() == ["server_down"]
@@ -271,7 +271,7 @@ async def test_health_503_counts_as_down(session: aiohttp.ClientSession) -> None
 
 
 async def test_frozen_counters_with_work_waiting_is_a_hang(
-    session: aiohttp.ClientSession,
+    session: Fetcher,
 ) -> None:
     col, sink = make(session, hang_after_s=5.0)
     col.ingest(scrape(0, vllm_text(gen=100, running=2)))
@@ -291,7 +291,7 @@ async def test_frozen_counters_with_work_waiting_is_a_hang(
 
 
 async def test_idle_server_with_frozen_counters_is_not_a_hang(
-    session: aiohttp.ClientSession,
+    session: Fetcher,
 ) -> None:
     col, sink = make(session, hang_after_s=5.0)
     for t in range(30):
@@ -306,7 +306,7 @@ def _slots(decoded: int, busy: bool = True) -> list[dict[str, Any]]:
     return list(slots)
 
 
-async def test_llamacpp_slot_progress_is_not_a_hang(session: aiohttp.ClientSession) -> None:
+async def test_llamacpp_slot_progress_is_not_a_hang(session: Fetcher) -> None:
     # llama.cpp adds to its token counters when a slot finishes; /slots shows the work.
     text = (FIX / "llamacpp_metrics.txt").read_text()
     busy = text.replace("llamacpp:requests_processing 0", "llamacpp:requests_processing 1")
@@ -348,7 +348,7 @@ async def fake_server(state: dict[str, tuple[int, bytes]]) -> AsyncIterator[str]
         await runner.cleanup()
 
 
-async def test_run_scrapes_llamacpp_on_fixed_deadlines(session: aiohttp.ClientSession) -> None:
+async def test_run_scrapes_llamacpp_on_fixed_deadlines(session: Fetcher) -> None:
     state = {
         "/health": (200, (FIX / "llamacpp_health.txt").read_bytes()),
         "/metrics": (200, (FIX / "llamacpp_metrics.txt").read_bytes()),
@@ -380,7 +380,7 @@ async def test_run_scrapes_llamacpp_on_fixed_deadlines(session: aiohttp.ClientSe
 
 
 async def test_failed_slots_requests_are_counted_apart_from_metrics(
-    session: aiohttp.ClientSession,
+    session: Fetcher,
 ) -> None:
     """A busy llama.cpp answers /metrics but not /slots: the summary says how many /slots
     requests failed, each record says why, and /metrics errors stay at zero."""
@@ -427,7 +427,7 @@ def test_slots_not_asked_are_not_requests() -> None:
 
 
 async def test_run_reports_unreachable_and_missing_metrics(
-    session: aiohttp.ClientSession,
+    session: Fetcher,
 ) -> None:
     state = {"/health": (200, b'{"status":"ok"}')}  # no /metrics: a 404
     async with fake_server(state) as url:
@@ -447,7 +447,7 @@ async def test_run_reports_unreachable_and_missing_metrics(
     assert col.live()["up"] is False
 
 
-async def test_run_never_raises(session: aiohttp.ClientSession) -> None:
+async def test_run_never_raises(session: Fetcher) -> None:
     class BrokenSink(ListSink):
         def write(self, stream: str, record: dict[str, Any]) -> None:
             raise RuntimeError("disk full")

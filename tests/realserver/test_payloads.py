@@ -12,7 +12,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import aiohttp
 import orjson
 import pytest
 from aiohttp import web
@@ -20,6 +19,7 @@ from aiohttp import web
 from stress.client import ChatClient, TimeoutPolicy
 from stress.collectors.prometheus import canonical, detect_dialect, parse_metrics
 from stress.collectors.server import summarize_slots
+from stress.fetch import Fetcher
 from stress.probe import probe
 from stress.record import RequestRecord
 
@@ -103,7 +103,7 @@ def test_llamacpp_slots_summary() -> None:
 
 
 async def test_probe_reads_the_real_llamacpp_endpoints(h200_url: str) -> None:
-    async with aiohttp.ClientSession() as session:
+    async with Fetcher() as session:
         r = await probe(session, h200_url, {})
     assert r.reachable and r.kind == "llamacpp"
     assert r.version == "b0-unknown"  # build_info of an sdist build (no git metadata)
@@ -172,7 +172,7 @@ def test_vllm_metrics_pool_and_prefix_counters() -> None:
 
 
 async def test_probe_reads_the_real_vllm_endpoints(vllm_url: str) -> None:
-    async with aiohttp.ClientSession() as session:
+    async with Fetcher() as session:
         r = await probe(session, vllm_url, {})
     assert r.reachable and r.kind == "vllm" and r.version == "0.32.0"
     assert r.model == "smol" and r.context_length == 4096
