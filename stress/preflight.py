@@ -40,13 +40,19 @@ async def preflight(
     headers: dict[str, str],
     ceiling_tokens: int,
     max_tokens: int,
-    gpu: asyncio.Future[dict[str, Any]] | None = None,
 ) -> tuple[ProbeResult, list[str]]:
-    result = await with_gpu_info(await probe(session, url, headers), gpu)
+    """The server's half of the pre-flight and its warnings for the scenario. The GPU half
+    (:func:`gpu_warnings`) is not waited for here: ``stress run`` adds it when it answers,
+    so NVML's start-up never delays the first request."""
+    result = await probe(session, url, headers)
     warnings = check_scenario(result, ceiling_tokens, max_tokens) if result.reachable else []
-    for held in (result.gpu or {}).get("held_memory", []):
-        warnings.append(
-            f"GPU memory held before the run: {held} (the server under test, if it runs on "
-            "this machine; otherwise a restarted engine that has not released it yet)"
-        )
     return result, warnings
+
+
+def gpu_warnings(found: dict[str, Any]) -> list[str]:
+    """GPU memory another process holds before the run (field note 13)."""
+    return [
+        f"GPU memory held before the run: {held} (the server under test, if it runs on "
+        "this machine; otherwise a restarted engine that has not released it yet)"
+        for held in found.get("held_memory", [])
+    ]

@@ -36,7 +36,7 @@ from stress.gpu_discovery import GpuDiscovery
 from stress.hangs import GatedSink, HangGate
 from stress.headless import HeadlessPrinter, UiSink
 from stress.live import Live
-from stress.preflight import preflight
+from stress.preflight import gpu_warnings, preflight
 from stress.probe import check_users
 from stress.recorder import Recorder, new_run_dir, write_json
 from stress.scenario import LoadedScenario, Scenario, phase_plan, time_scaled, worker_count
@@ -223,8 +223,11 @@ async def _run(
         target.headers,
         sc.conversation.ceiling_tokens,
         sc.request.max_tokens,
-        gpu,
     )
+    if gpu is not None and gpu.done() and not gpu.cancelled() and gpu.exception() is None:
+        probe_result = probe_result.model_copy(update={"gpu": gpu.result()})
+        probe_warnings += gpu_warnings(gpu.result())
+        gpu = None  # else it joins the manifest and the events when it answers
     probe_warnings += check_users(probe_result, max(step.peak_users for _, step in plan))
     server_kind = sc.target.server
     if server_kind == "auto" and probe_result.kind in ("vllm", "sglang", "llamacpp"):
@@ -435,6 +438,21 @@ async def _run(
             )
         )
     )
+    if gpu is not None:
+
+        def gpu_found(found: dict[str, Any]) -> None:
+            manifest["probe"]["gpu"] = found
+            warnings = gpu_warnings(found)
+            manifest["probe_warnings"] += warnings
+            for warning in warnings:
+                recorder.event(
+                    RunEvent(clock.now(), "preflight", warning, "warning", source="server")
+                )
+            _guarded(
+                printer, "manifest.json", lambda: write_json(run_dir / "manifest.json", manifest)
+            )
+
+        background.append(asyncio.create_task(_late_gpu(gpu, stop_bg, gpu_found)))
     loop = asyncio.get_running_loop()
     interrupts = 0
 
@@ -644,6 +662,32 @@ async def _flusher(recorder: Recorder, stop: asyncio.Event, on_failure: Callable
             await asyncio.wait_for(stop.wait(), timeout=1.0)
         if not recorder.flush():
             on_failure()
+
+
+LATE_GPU_WAIT_S = 10.0
+"""How long the end of a run waits for a GPU pre-flight that has not answered yet."""
+
+
+async def _late_gpu(
+    gpu: asyncio.Future[dict[str, Any]],
+    stop: asyncio.Event,
+    found: Callable[[dict[str, Any]], None],
+) -> None:
+    """Hand the GPU pre-flight's answer to ``found`` when it comes; at the run's end wait
+    for it at most ``LATE_GPU_WAIT_S`` more, then say it did not answer."""
+    stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    either: set[asyncio.Future[Any]] = {gpu, stopped}
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not gpu.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(gpu), LATE_GPU_WAIT_S)
+    finally:
+        stopped.cancel()
+    if gpu.done() and not gpu.cancelled() and gpu.exception() is None:
+        found(gpu.result())
+    else:
+        found({"summary": "GPU discovery had not answered when the run ended"})
 
 
 async def _run_collector(
