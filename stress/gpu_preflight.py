@@ -3,14 +3,13 @@
 
 Apart, so that NVML's initialisation (a quarter of a second and 34 MiB on an H200 host)
 never lands in the load generator; light (the GPU discovery and the standard library
-only, niced), so that it does not slow the parent's own start where both share a core.
+only; niced by its parent as it starts), so that it does not slow the parent's own start
+where both share a core.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 from typing import Any
 
@@ -41,7 +40,5 @@ def gpu_preflight() -> dict[str, Any]:
     }
 
 
-if __name__ == "__main__":
-    with contextlib.suppress(OSError):
-        os.nice(10)  # the parent's start comes first where they share a core
+if __name__ == "__main__":  # niced by its parent (stress.gpu_discovery) from the start
     sys.stdout.write(json.dumps(gpu_preflight()))

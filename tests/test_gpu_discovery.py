@@ -140,3 +140,18 @@ async def test_a_gpu_that_never_answers_is_said_at_the_end(
             break
         await asyncio.sleep(0.05)
     assert proc.returncode is not None
+
+
+def test_the_child_is_niced_from_its_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where it shares a core with the run's start, the start comes first: the child is
+    niced as it is spawned, not after its own imports."""
+    import os
+
+    import psutil
+
+    found = _slow_child(tmp_path, monkeypatch, 60)
+    try:
+        assert found._proc is not None
+        assert psutil.Process(found._proc.pid).nice() == min(19, os.nice(0) + gpu_discovery.NICE)
+    finally:
+        found.discard()
