@@ -1,0 +1,78 @@
+"""Where `stress run`'s start goes: each step on the way to the run clock, timed from the
+process start (milliseconds on stderr).
+
+Runs the real CLI on the quick start against ``URL`` (e.g. ``paced_server.py``), with the
+steps between the imports and the run clock wrapped to print when each begins and ends:
+the model list, the tokenizer, the corpus, the server probe, the run directory and the
+recorder. A diagnostic, not a measurement of the whole start (``e2e.py --parts start``):
+the wrapping itself costs a few microseconds a step.
+
+    .venv/bin/python benchmarks/paced_server.py --port 8399 --log /tmp/paced.jsonl &
+    taskset -c 0 .venv/bin/python benchmarks/start_timeline.py http://127.0.0.1:8399
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+T0 = time.perf_counter()
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def lap(what: str) -> None:
+    print(f"{(time.perf_counter() - T0) * 1000:7.1f} ms {what}", file=sys.stderr, flush=True)
+
+
+def wrap(module: Any, name: str) -> None:
+    f: Callable[..., Any] = getattr(module, name)
+
+    def timed(*a: Any, **k: Any) -> Any:
+        lap(f"> {name}")
+        out = f(*a, **k)
+        lap(f"< {name}")
+        return out
+
+    setattr(module, name, timed)
+
+
+def wrap_async(module: Any, name: str) -> None:
+    f: Callable[..., Awaitable[Any]] = getattr(module, name)
+
+    async def timed(*a: Any, **k: Any) -> Any:
+        lap(f"> {name}")
+        out = await f(*a, **k)
+        lap(f"< {name}")
+        return out
+
+    setattr(module, name, timed)
+
+
+def main() -> None:
+    url = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8399"
+    import stress.cli as cli
+
+    lap("stress.cli imported")
+    import stress.run as run
+    import stress.target as target
+
+    lap("stress.run imported")
+    for name in ("get_tokenizer", "Corpus", "new_run_dir", "Recorder"):
+        wrap(run, name)
+    wrap_async(run, "preflight")
+    wrap_async(target, "list_models")
+    with tempfile.TemporaryDirectory(prefix="stress-start-") as out:
+        sys.argv = ["stress", "run", str(ROOT / "scenarios" / "quickstart.yaml")]
+        sys.argv += ["--target", url, "--no-tui", "--out", out, "--duration", "2s"]
+        sys.argv += ["--fail-on", "never"]
+        with contextlib.suppress(SystemExit):  # the verdict's exit code says nothing here
+            cli.main()
+
+
+if __name__ == "__main__":
+    main()
