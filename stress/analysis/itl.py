@@ -151,8 +151,9 @@ def request_itl(values: np.ndarray[Any, Any]) -> RequestItl:
     gaps = gaps[np.isfinite(gaps) & (gaps >= 0.0)]
     if not gaps.size:
         return RequestItl(len(values), None, None, None, None)
-    p50, p95 = np.percentile(gaps, ITL_QUANTILES)
-    return RequestItl(len(values), float(gaps.mean()), float(p50), float(p95), float(gaps.max()))
+    ordered = sorted(gaps.tolist())  # a few µs; np.percentile's set-up took ~60 a request
+    p50, p95 = (figures.percentile_sorted(ordered, q) for q in ITL_QUANTILES)
+    return RequestItl(len(values), float(gaps.mean()), p50, p95, ordered[-1])
 
 
 def _k(v: float) -> str:
@@ -176,6 +177,38 @@ def good_on_ttft_and_itl(
 def _limit(slo: Mapping[str, Any], key: str) -> float | None:
     v = slo.get(key)
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and v > 0 else None
+
+
+BATCH_VALUES = 1 << 18
+"""Gaps held before they are added to the groups' histograms (2 MiB)."""
+
+
+class _Batches:
+    """Each group's gaps added to its histogram in batches: one vectorised add per group
+    per ``BATCH_VALUES`` gaps instead of three small ones per request (60,000 requests:
+    2.6 s of numpy's per-call overhead on a 2-core machine). A request's gaps are one array
+    shared by its three groups, so at most ``BATCH_VALUES`` gaps are held at once."""
+
+    def __init__(self) -> None:
+        self._pending: dict[int, tuple[Group, list[np.ndarray[Any, Any]]]] = {}
+        self._size = 0
+
+    def add(self, groups: tuple[Group, ...], gaps: np.ndarray[Any, Any]) -> None:
+        for g in groups:
+            entry = self._pending.get(id(g))
+            if entry is None:
+                self._pending[id(g)] = (g, [gaps])
+            else:
+                entry[1].append(gaps)
+        self._size += gaps.size
+        if self._size >= BATCH_VALUES:
+            self.flush()
+
+    def flush(self) -> None:
+        for g, parts in self._pending.values():
+            g.itl.add(np.concatenate(parts))
+        self._pending.clear()
+        self._size = 0
 
 
 def token_timing(run: RunData) -> TokenTiming:
@@ -203,15 +236,15 @@ def token_timing(run: RunData) -> TokenTiming:
                 g.tpot.append(t)
     report = ReadReport()
     per_request: dict[str, RequestItl] = {}
+    batches = _Batches()
     for rid, values in read_frames(run.path / FILE_NAME, report):
         row = by_id.get(rid)
         if row is None or rid in per_request:  # warm-up, failed, or a duplicate frame
             continue
         v = values.astype(np.float64) * scale if scale != 1.0 else values
         per_request[rid] = request_itl(v)
-        gaps = v[1:]
-        for g in groups_of(row):
-            g.itl.add(gaps)
+        batches.add(groups_of(row), v[1:])
+    batches.flush()
     timing = TokenTiming(
         available=report.frames > 0,
         read=report,

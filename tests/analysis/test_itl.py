@@ -77,6 +77,46 @@ def test_log_histogram_edges() -> None:
     assert h.n == 1004 and h.high == 5000.0
 
 
+def test_sorted_percentile_is_numpys_bit_for_bit() -> None:
+    from stress.analysis.figures import percentile_sorted
+
+    rng = np.random.default_rng(11)
+    for n in (1, 2, 3, 7, 16, 100, 999):
+        for values in (rng.lognormal(-3.5, 0.8, n), rng.integers(0, 4, n) * 0.01):
+            ordered = sorted(values.tolist())
+            for q in (0, 1, 25, 50, 90, 95, 99, 100):
+                assert percentile_sorted(ordered, q) == float(np.percentile(values, q))
+
+
+def test_gaps_reach_the_histograms_in_batches_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batched (here every few gaps, and once at the end) or not, every gap counts once in
+    each of its request's groups."""
+    import stress.analysis.itl as itl
+
+    rng = np.random.default_rng(3)
+    reqs = [req(u, r, conv=900 + 700 * r) for u in range(3) for r in range(1, 6)]
+    gaps = {
+        x["request_id"]: rng.lognormal(-3.5, 0.5, 1 + r % 4).tolist() for r, x in enumerate(reqs)
+    }
+    d = timed_run(tmp_path, gaps, reqs)
+    whole = token_timing(load_run(d))
+    monkeypatch.setattr(itl, "BATCH_VALUES", 3)
+    batched = token_timing(load_run(d))
+    everything = np.concatenate([np.asarray(g) for g in gaps.values()])
+    for a, b in [
+        (whole.overall, batched.overall),
+        *zip(whole.per_user.values(), batched.per_user.values(), strict=True),
+        *((x.group, y.group) for x, y in zip(whole.by_length, batched.by_length, strict=True)),
+    ]:
+        assert (a.itl.n, a.itl.low, a.itl.high) == (b.itl.n, b.itl.low, b.itl.high)
+        assert a.itl.counts.tolist() == b.itl.counts.tolist()
+        assert a.itl.total == pytest.approx(b.itl.total, rel=1e-12)
+    assert whole.overall.itl.n == everything.size
+    assert whole.per_request == batched.per_request
+
+
 # --- the analysis -----------------------------------------------------------------------
 
 
