@@ -44,6 +44,17 @@ class FetchError(Exception):
         self.kind = kind
         self.reason = reason
 
+    @property
+    def short(self) -> str:
+        """What the probe, the model list and the scrapes say: ``cannot connect: Connection
+        refused``, ``timeout``, ``server disconnected``, ``invalid URL``, ``too large``;
+        never a host, a header or a credential."""
+        if self.kind == "connect":
+            return f"cannot connect: {self.reason}"
+        if self.kind in ("timeout", "disconnected", "url"):
+            return self.reason
+        return self.kind.replace("_", " ")
+
 
 @dataclass(frozen=True, slots=True)
 class Response:

@@ -150,14 +150,6 @@ class _Resp:
         return f"HTTP {self.status} ({self.ctype or 'no content type'}, {len(self.body):,} bytes)"
 
 
-def _describe(exc: FetchError) -> str:
-    if exc.kind == "connect":
-        return f"cannot connect: {exc.reason}"
-    if exc.kind == "url":
-        return exc.reason  # "invalid URL", "bad header": never the header's value
-    return exc.reason if exc.kind in ("timeout", "disconnected") else exc.kind.replace("_", " ")
-
-
 async def _request(
     session: Fetcher,
     method: Literal["GET", "POST"],
@@ -170,7 +162,7 @@ async def _request(
     try:
         resp = await session.request(method, url, headers, timeout_s, json_body)
     except FetchError as exc:
-        return _Resp(None, b"", _describe(exc))
+        return _Resp(None, b"", exc.short)
     return _Resp(resp.status, resp.body, None, resp.content_type or "", resp.location)
 
 

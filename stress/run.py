@@ -224,9 +224,10 @@ async def _run(
         sc.conversation.ceiling_tokens,
         sc.request.max_tokens,
     )
-    if gpu is not None and gpu.done() and not gpu.cancelled() and gpu.exception() is None:
-        probe_result = probe_result.model_copy(update={"gpu": gpu.result()})
-        probe_warnings += gpu_warnings(gpu.result())
+    answered = _gpu_answer(gpu) if gpu is not None else None
+    if answered is not None:
+        probe_result = probe_result.model_copy(update={"gpu": answered})
+        probe_warnings += gpu_warnings(answered)
         gpu = None  # else it joins the manifest and the events when it answers
     probe_warnings += check_users(probe_result, max(step.peak_users for _, step in plan))
     server_kind = sc.target.server
@@ -684,10 +685,19 @@ async def _late_gpu(
                 await asyncio.wait_for(asyncio.shield(gpu), LATE_GPU_WAIT_S)
     finally:
         stopped.cancel()
+    answer = _gpu_answer(gpu)
+    found(
+        answer
+        if answer is not None
+        else {"summary": "GPU discovery had not answered when the run ended"}
+    )
+
+
+def _gpu_answer(gpu: asyncio.Future[dict[str, Any]]) -> dict[str, Any] | None:
+    """The GPU pre-flight's answer, if it has given one."""
     if gpu.done() and not gpu.cancelled() and gpu.exception() is None:
-        found(gpu.result())
-    else:
-        found({"summary": "GPU discovery had not answered when the run ended"})
+        return gpu.result()
+    return None
 
 
 async def _run_collector(

@@ -96,9 +96,8 @@ async def list_models(session: Fetcher, url: str, headers: dict[str, str]) -> li
     try:
         resp = await session.get(url + "/v1/models", headers, 30.0)
     except FetchError as e:
-        why = f"cannot connect: {e.reason}" if e.kind == "connect" else e.reason
         raise TargetError(
-            f"cannot reach {where} ({why}) -- fix: start the server, or pass "
+            f"cannot reach {where} ({e.short}) -- fix: start the server, or pass "
             "--target URL (or --target sim for the built-in simulator)"
         ) from None
     if resp.status in (401, 403):

@@ -120,6 +120,7 @@ async def test_a_refused_connection_says_why_and_a_bad_url_is_named() -> None:
         with pytest.raises(FetchError) as err:
             await f.get(f"http://127.0.0.1:{_free_port()}/health", {}, 5)
         assert (err.value.kind, err.value.reason) == ("connect", "Connection refused")
+        assert err.value.short == "cannot connect: Connection refused"  # what a run says
         with pytest.raises(FetchError) as bad:
             await f.get("ftp://127.0.0.1/health", {}, 5)
         assert bad.value.kind == "url"

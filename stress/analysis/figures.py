@@ -219,10 +219,14 @@ def percentile_sorted(ordered: Sequence[float], q: float) -> float:
     h = q / 100 * (n - 1)
     lo = math.floor(h)
     a = ordered[lo]
-    b = ordered[lo + 1] if lo + 1 < n else a
-    t = h - lo
+    return _lerp(a, ordered[lo + 1] if lo + 1 < n else a, h - lo)
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's own interpolation between neighbours ``a`` <= ``b`` (``_lerp``: from the
+    nearer end), so a percentile here equals ``np.percentile`` to the last bit."""
     d = b - a
-    return b - d * (1 - t) if t >= 0.5 else a + d * t  # numpy's _lerp
+    return b - d * (1 - t) if t >= 0.5 else a + d * t
 
 
 class _Heap:
@@ -313,11 +317,8 @@ class RunningPercentile:
         if not len(lo):
             return None
         h = self._q * (len(lo) + len(hi) - 1)
-        t = h - math.floor(h)
         a = -lo.top()
-        b = hi.top() if len(hi) else a
-        d = b - a
-        return b - d * (1 - t) if t >= 0.5 else a + d * t  # numpy's _lerp
+        return _lerp(a, hi.top() if len(hi) else a, h - math.floor(h))
 
 
 def ttft_p95(records: Iterable[Record]) -> float | None:

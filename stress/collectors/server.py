@@ -75,15 +75,6 @@ class Scrape:
     """Why the /slots request failed (None: it answered, or was not asked)."""
 
 
-def describe_error(exc: FetchError) -> str:
-    """A short, secret-free description of a transport error."""
-    if exc.kind == "connect":
-        return f"cannot connect ({exc.reason})"
-    if exc.kind in ("timeout", "disconnected"):
-        return exc.reason  # "timeout", "server disconnected"
-    return exc.kind.replace("_", " ")
-
-
 async def http_get(
     session: Fetcher, url: str, headers: dict[str, str], timeout_s: float
 ) -> HttpResult:
@@ -91,7 +82,7 @@ async def http_get(
     try:
         resp = await session.get(url, headers, timeout_s)
     except FetchError as exc:
-        return HttpResult(None, b"", describe_error(exc))
+        return HttpResult(None, b"", exc.short)
     return HttpResult(resp.status, resp.body)
 
 
