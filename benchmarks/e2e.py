@@ -143,7 +143,11 @@ class Sampler:
         self.core = core
         self.interval = interval
         self.samples: list[tuple[float, float, float]] = []
-        """(wall time, CPU seconds so far, RSS MiB)."""
+        """(wall time, CPU seconds so far, RSS MiB): the process and its children but the
+        live view's."""
+        self.view: list[tuple[float, float]] = []
+        """(wall time, CPU seconds so far) of the live view's process (``stress.tui.child``),
+        apart: it draws on its own process, not on the run's loop."""
         self.cores: list[tuple[float, float]] = []
         """(wall time, busy seconds of the client's core so far, all processes)."""
         self._stop = threading.Event()
@@ -159,12 +163,18 @@ class Sampler:
 
     def _run(self) -> None:
         children: list[psutil.Process] = []
+        views: set[int] = set()
+        view_last: dict[int, float] = {}  # a view that exited keeps its last reading
         next_scan = 0.0
         while not self._stop.is_set():
             now = time.time()
             try:
                 if now >= next_scan:  # a /proc scan: once a second, not every sample
                     children = self.proc.children(recursive=True)
+                    for c in children:
+                        with contextlib.suppress(psutil.Error):
+                            if c.pid not in views and "stress.tui.child" in c.cmdline():
+                                views.add(c.pid)
                     next_scan = now + 1.0
                 with self.proc.oneshot():
                     t = self.proc.cpu_times()
@@ -173,10 +183,14 @@ class Sampler:
                 for c in children:
                     with contextlib.suppress(psutil.Error):
                         ct = c.cpu_times()
-                        cpu += ct.user + ct.system
+                        if c.pid in views:
+                            view_last[c.pid] = ct.user + ct.system
+                        else:
+                            cpu += ct.user + ct.system
             except psutil.Error:  # it has exited (or is a zombie)
                 return
             self.samples.append((now, cpu, rss / (1 << 20)))
+            self.view.append((now, sum(view_last.values())))
             if self.core is not None:
                 c = psutil.cpu_times(percpu=True)[self.core]
                 busy = c.user + c.nice + c.system  # guest time is inside user already
@@ -187,6 +201,10 @@ class Sampler:
     def cpu_at(self, t: float) -> float:
         """CPU seconds used by wall time ``t`` (linear between samples)."""
         return _at([(w, c) for w, c, _ in self.samples], t)
+
+    def view_at(self, t: float) -> float:
+        """CPU seconds the live view's process used by wall time ``t``."""
+        return _at(self.view, t)
 
     def core_at(self, t: float) -> float:
         """Busy seconds of the client's core by wall time ``t``, whoever used it."""
@@ -346,6 +364,8 @@ class Run:
     prompt_tokens: float = 0.0
     """Mean prompt size sent (stress: its own estimate; reference: the fixed body's)."""
     tty_bytes: int = 0
+    view_cpu_s: float = 0.0
+    """CPU of the live view's own process in the window (not in ``cpu_s``)."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -372,6 +392,14 @@ class Run:
     def cpu_pct(self) -> float:
         return 100 * self.cpu_s / self.window_s if self.window_s else 0.0
 
+    @property
+    def view_pct(self) -> float:
+        return 100 * self.view_cpu_s / self.window_s if self.window_s else 0.0
+
+    @property
+    def us_per_chunk_with_view(self) -> float:
+        return 1e6 * (self.cpu_s + self.view_cpu_s) / self.chunks if self.chunks else 0.0
+
     def line(self) -> str:
         return (
             f"  {self.who:<10} {self.streams:5d} streams: {self.req_s:8,.1f} req/s "
@@ -386,6 +414,7 @@ class Run:
             f"{self.startup_s:.2f}s/{self.startup_cpu_s:.2f} cpu-s, end "
             f"{self.tail_s:.2f}s/{self.tail_cpu_s:.2f} cpu-s"
             + (f", tty {self.tty_bytes / 1024:,.0f} KiB" if self.tty_bytes else "")
+            + (f"; view process {self.view_pct:.1f}% of a core" if self.view_cpu_s else "")
             + f"; prompt ~{self.prompt_tokens:,.0f} tok"
             + (f" ({'; '.join(self.notes)})" if self.notes else "")
         )
@@ -419,7 +448,9 @@ def measure(who: str, streams: int, proc: Proc, recs: list[Rec], warmup: float) 
         if not ok and lo <= end < hi:
             run.errors += 1
     run.cpu_s = s.cpu_at(hi) - s.cpu_at(lo)
-    run.others_pct = 100 * max(0.0, s.core_at(hi) - s.core_at(lo) - run.cpu_s) / run.window_s
+    run.view_cpu_s = s.view_at(hi) - s.view_at(lo)
+    busy = s.core_at(hi) - s.core_at(lo) - run.cpu_s - run.view_cpu_s
+    run.others_pct = 100 * max(0.0, busy) / run.window_s
     run.startup_s = first - proc.t_launch
     run.startup_cpu_s = s.cpu_at(first)
     run.tail_s = proc.t_launch + proc.wall_s - last_end
@@ -529,16 +560,25 @@ def summarise(title: str, groups: dict[str, list[Run]], base: str = "reference")
     sys.stdout.flush()
 
 
-def tui_cost(tui: list[Run], head: list[Run], key: str) -> None:
-    """What the live view adds: a ratio to headless, and the CPU it adds as a share of a
-    core (a cost per second, whatever the load: it draws at a fixed rate)."""
+def tui_cost(tui: list[Run], head: list[Run], key: str, ref: list[Run] | None = None) -> None:
+    """What the live view adds: to the run's process (which sends the snapshots) a ratio
+    to headless and the CPU it adds as a share of a core (a cost per second, whatever the
+    load: it draws at a fixed rate); and the view's own process, apart."""
     kib = [t.tty_bytes / t.whole_wall_s / 1024 for t in tui]
     extra = [t.cpu_pct - h.cpu_pct for t, h in zip(tui, head, strict=True)]
     what = "req/s" if key == "req_s" else "cpu per chunk"
     print(
-        f"    TUI cost: {what} {mean_spread(ratio(tui, head, key), 3)} x headless; "
-        f"+{mean_spread(extra, 1)} % of a core; {mean_spread(kib)} KiB/s to the terminal"
+        f"    TUI cost to the run's process: {what} {mean_spread(ratio(tui, head, key), 3)} x "
+        f"headless, +{mean_spread(extra, 1)} % of a core; the view's own process "
+        f"{mean_spread([t.view_pct for t in tui], 1)} % of a core; "
+        f"{mean_spread(kib)} KiB/s to the terminal"
     )
+    if ref and key == "us_per_chunk":
+        both = [t.us_per_chunk_with_view / r.us_per_chunk for t, r in zip(tui, ref, strict=False)]
+        print(
+            "    the run's and the view's processes together: cpu per chunk "
+            f"{mean_spread(both, 3)} x the reference"
+        )
 
 
 def split(short: list[Run], long: list[Run]) -> tuple[list[float], list[float]]:
@@ -659,7 +699,7 @@ def part_paced(args: argparse.Namespace, tmp: Path) -> None:
             )
     tui, head = runs.get((lengths[0], "stress+tui"), []), runs.get((lengths[0], "stress"), [])
     if tui and head:
-        tui_cost(tui, head, "us_per_chunk")
+        tui_cost(tui, head, "us_per_chunk", runs.get((lengths[0], "reference")))
     sys.stdout.flush()
 
 

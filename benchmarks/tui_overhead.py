@@ -1,11 +1,13 @@
-"""Does the live TUI slow the run it watches? Same load with and without it.
+"""Does the live view slow the run it watches? Same load headless, with the view in its
+own process (as `stress run` draws it), and with the view on the run's own event loop.
 
-Runs the built-in simulator (in-process, on the same event loop as the engine and the UI)
-at 64 users, once with the headless printer and once with the Textual TUI rendering into a
-virtual 160x50 screen, alternating, and compares aggregate output tok/s and TTFT. TTFT
-error is the client's TTFT minus the simulator's ground truth for the same request
-(matched on prompt and output token counts), so it isolates what the UI adds to the
-measurement. Not run in CI:
+Runs the built-in simulator (its own process) at 64 users: once with the headless printer,
+once with the view's process (``stress.tui_process``) rendering into a virtual 160x50
+screen, and once with the same Textual app on the engine's loop (``stress.tui.TuiSink``,
+how the view ran before it had its own process), in turn, and compares aggregate output
+tok/s and TTFT. TTFT error is the client's TTFT minus the simulator's ground truth for the
+same request (matched on prompt and output token counts), so it isolates what the UI adds
+to the measurement; ``client lag max`` is the run's own loop-lag probe. Not run in CI:
 
     .venv/bin/python benchmarks/tui_overhead.py --users 64 --duration 30 --repeat 2
 """
@@ -23,9 +25,14 @@ from typing import Any, Literal
 
 import orjson
 
-import stress.tui
+import stress.tui_process
 from stress.run import execute
 from stress.scenario import load_scenario
+from stress.tui import TuiSink
+from stress.tui_process import TuiProcess
+
+SIZE = (160, 50)
+MODES = ("headless", "tui", "tui-on-loop")
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +82,19 @@ def ttft_error(run_dir: Path, gt: Path) -> dict[str, float]:
     }
 
 
-async def one(ui: Literal["headless", "tui"], users: int, duration: int) -> dict[str, Any]:
+def view_process(*args: Any, **kwargs: Any) -> TuiProcess:
+    """The view as `stress run` draws it, its process rendering into a virtual screen."""
+    return TuiProcess(*args, args=("--headless", "x".join(map(str, SIZE))), **kwargs)
+
+
+def view_on_loop(*args: Any, **kwargs: Any) -> TuiSink:
+    """The same Textual app on the run's own event loop (virtual screen)."""
+    return TuiSink(*args, headless=True, size=SIZE, **kwargs)
+
+
+async def one(mode: str, users: int, duration: int) -> dict[str, Any]:
+    ui: Literal["headless", "tui"] = "headless" if mode == "headless" else "tui"
+    stress.tui_process.TuiProcess = view_on_loop if mode == "tui-on-loop" else view_process  # type: ignore[assignment,misc]
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         gt = d / "truth.jsonl"
@@ -86,8 +105,11 @@ async def one(ui: Literal["headless", "tui"], users: int, duration: int) -> dict
         recs = (outcome.run_dir / "requests.jsonl").read_bytes().splitlines()
         tokens = sum(orjson.loads(x)["completion_tokens"] for x in recs)
         manifest = orjson.loads((outcome.run_dir / "manifest.json").read_bytes())
+        client = orjson.loads((outcome.run_dir / "collectors.json").read_bytes()).get("client")
         out = {
-            "ui": ui,
+            "ui": mode,
+            "lag_p99_ms": (client or {}).get("loop_lag_ms_p99") or float("nan"),
+            "lag_max_ms": (client or {}).get("loop_lag_ms_max") or float("nan"),
             "requests": len(recs),
             "out_tok_s": tokens / manifest["duration_s"],
             "errors": s.get("outcomes", {}).get("error", 0) if isinstance(s, dict) else None,
@@ -96,35 +118,38 @@ async def one(ui: Literal["headless", "tui"], users: int, duration: int) -> dict
         return out
 
 
-class BenchSink(stress.tui.TuiSink):
-    """The real TUI, rendering into a virtual 160x50 terminal (no tty needed)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, headless=True, size=(160, 50), **kwargs)
-
-
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--users", type=int, default=64)
     ap.add_argument("--duration", type=int, default=30)
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
-    stress.tui.TuiSink = BenchSink  # type: ignore[misc]
     rows: list[dict[str, Any]] = []
     for _ in range(args.repeat):
-        for ui in ("headless", "tui"):
-            r = await one(ui, args.users, args.duration)  # type: ignore[arg-type]
+        for mode in MODES:
+            r = await one(mode, args.users, args.duration)
             rows.append(r)
             print(
-                f"{r['ui']:>8}: {r['requests']:5d} requests  {r['out_tok_s']:8.1f} out tok/s  "
+                f"{r['ui']:>11}: {r['requests']:5d} requests  {r['out_tok_s']:8.1f} out tok/s  "
                 f"TTFT p50 {r['ttft_p50_s']:.3f}s  TTFT error mean {r['ttft_err_ms_mean']:.2f} ms "
-                f"p95 {r['ttft_err_ms_p95']:.2f} ms ({r['matched']:.0f} matched)",
+                f"p95 {r['ttft_err_ms_p95']:.2f} ms ({r['matched']:.0f} matched)  "
+                f"client lag p99 {r['lag_p99_ms']:.1f} max {r['lag_max_ms']:.1f} ms",
                 flush=True,
             )
-    for key in ("out_tok_s", "ttft_p50_s", "ttft_err_ms_mean"):
+    for key in (
+        "out_tok_s",
+        "ttft_p50_s",
+        "ttft_err_ms_mean",
+        "ttft_err_ms_p95",
+        "lag_p99_ms",
+        "lag_max_ms",
+    ):
         base = statistics.fmean(r[key] for r in rows if r["ui"] == "headless")
-        tui = statistics.fmean(r[key] for r in rows if r["ui"] == "tui")
-        print(f"{key:>17}: headless {base:9.3f}  tui {tui:9.3f}  ({100 * (tui / base - 1):+.1f} %)")
+        parts = []
+        for mode in MODES[1:]:
+            v = statistics.fmean(r[key] for r in rows if r["ui"] == mode)
+            parts.append(f"{mode} {v:9.3f} ({100 * (v / base - 1):+.1f} %)")
+        print(f"{key:>17}: headless {base:9.3f}  " + "  ".join(parts))
 
 
 if __name__ == "__main__":

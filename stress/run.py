@@ -286,7 +286,7 @@ async def _run(
     engine_ref: list[_Stoppable] = []
     printer: UiSink
     if ui == "tui":
-        TuiSink = importlib.import_module("stress.tui").TuiSink  # Textual stays out of core
+        from stress.tui_process import TuiProcess  # the view's own process draws it
 
         header = {
             "scenario": sc.name,
@@ -302,7 +302,7 @@ async def _run(
             "slo": sc.slo.model_dump(),  # the badge grades it as the verdict will
             "search": search,
         }
-        printer = TuiSink(
+        printer = TuiProcess(
             header,
             lambda: live.snapshot(clock.now()),
             on_quit=lambda: engine_ref[0].request_stop("interrupted"),

@@ -18,6 +18,7 @@ CORE = (
     "stress.summary",
     "stress.live",
     "stress.headless",
+    "stress.tui_process",
     "stress.cli",
     "stress.pool",
     "stress.worker",

@@ -35,6 +35,7 @@ def test_the_run_path_loads_no_end_of_run_module() -> None:
         "import sys\n"
         "from stress.cli import build_parser\n"
         "import stress.run, stress.engine, stress.live, stress.recorder, stress.headless\n"
+        "import stress.tui_process  # the live view's own process draws; this side sends\n"
         "from stress.tokens import get_tokenizer\n"
         "build_parser(['run', 'x.yaml', '--no-tui']).parse_args(['run', 'x.yaml', '--no-tui'])\n"
         "get_tokenizer()\n"

@@ -1,77 +1,133 @@
-"""The real run path with the TUI: ``execute(..., ui="tui")`` against the built-in
-simulator, the app in Textual's headless mode, ``q`` pressed mid-run.
+"""The real run path with the live view: the real CLI in a real pseudo-terminal, against the
+built-in simulator. The view draws from its own process (``stress.tui.child``).
 
-Quitting must never lose the run: the run directory ends with a complete manifest
-(exit reason ``interrupted``) and a summary.
+Quitting must never lose the run, and the view must never cost it: a view that dies or
+stops reading leaves the run going on in plain lines, and the terminal is put back.
 """
 
 from __future__ import annotations
 
-import asyncio
+import os
+import signal
 from pathlib import Path
-from typing import Any
 
 import orjson
+import psutil
 import pytest
-from textual.pilot import Pilot
 
-import stress.tui
-from stress.run import execute
-from stress.scenario import load_scenario
-from stress.tui.app import StressApp
-from stress.tui.widgets.users import UsersTable
+from stress.tui_process import EXIT_TIMEOUT_S, READY_TIMEOUT_S
+from tests.terminal import Terminal
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+VIEW = "stress.tui.child"
+START_S = READY_TIMEOUT_S + 30
+"""The view's own start bound, plus the CLI's imports and the simulator's start on a busy
+2-core machine."""
+END_S = EXIT_TIMEOUT_S + 60
+"""After the stop: the requests in flight (replies of at most 48 tokens at the simulator's
+speed, x10), the view's exit, the analysis and the report."""
+LEFT_ALT_SCREEN = b"\x1b[?1049l"
 
 
-def scenario(tmp_path: Path) -> Any:
+def scenario(tmp_path: Path) -> Path:
     p = tmp_path / "s.yaml"
-    p.write_text(f"""\
+    p.write_text("""\
 name: tui_e2e
-target: {{url: sim, sim: {{time_scale: 20, reply_tokens_min: 16, reply_tokens_max: 48}}}}
-users: {{count: 4, think_time: {{min: 0s, max: 0.05s}}}}
-duration: 120s
+target: {url: sim, sim: {time_scale: 10, reply_tokens_min: 16, reply_tokens_max: 48}}
+users: {count: 4, think_time: {min: 0s, max: 0.5s}}
+duration: 1h
 conversation:
   cache: per_user
   ceiling_tokens: 20000
   turn:
-    paste: {{corpus: {ROOT / "corpora" / "en"}, tokens: [200, 400]}}
+    paste: {corpus: "bundled:en", tokens: [200, 400]}
     ask: ["Q1?", "Q2?"]
-warmup: {{rounds: 1}}
+warmup: {rounds: 1}
 """)
-    return load_scenario(p)
+    return p
 
 
-@pytest.mark.slow
-async def test_q_in_the_tui_ends_the_run_with_files_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    apps: list[StressApp] = []
+def run_dir(out: Path) -> Path | None:
+    dirs = sorted(out.iterdir()) if out.exists() else []
+    return dirs[-1] if dirs else None
 
-    class HeadlessSink(stress.tui.TuiSink):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, headless=True, size=(120, 40), on_app=apps.append, **kwargs)
 
-    monkeypatch.setattr(stress.tui, "TuiSink", HeadlessSink)
+def recorded(out: Path) -> int:
+    d = run_dir(out)
+    f = d / "requests.jsonl" if d else None
+    return f.read_bytes().count(b"\n") if f and f.exists() else 0
 
-    async def press_q_when_requests_finished() -> None:
-        while not apps or not apps[0].is_running or apps[0].last is None:
-            await asyncio.sleep(0.05)
-        app = apps[0]
-        for _ in range(200):  # up to 10 s
-            if app.last is not None and app.last.rounds_done >= 4:
-                break
-            await asyncio.sleep(0.05)
-        assert app.query_one(UsersTable).row_count == 4
-        await Pilot(app).press("q")
 
-    presser = asyncio.create_task(press_q_when_requests_finished())
-    outcome = await asyncio.wait_for(execute(scenario(tmp_path), tmp_path / "out", ui="tui"), 60)
-    await presser
-    assert not apps[0].is_running
-    manifest = orjson.loads((outcome.run_dir / "manifest.json").read_bytes())
-    assert manifest["exit_reason"] == "interrupted" == outcome.exit_reason
-    assert manifest["end_time"] is not None
-    assert (outcome.run_dir / "summary.json").exists()
-    records = (outcome.run_dir / "requests.jsonl").read_bytes().splitlines()
-    assert len(records) >= 4
+def manifest(out: Path) -> dict[str, object]:
+    d = run_dir(out)
+    assert d is not None
+    return dict(orjson.loads((d / "manifest.json").read_bytes()))
+
+
+def start(tmp_path: Path) -> tuple[Terminal, Path, psutil.Process]:
+    out = tmp_path / "out"
+    term = Terminal(["run", str(scenario(tmp_path)), "--out", str(out)], tmp_path)
+    term.wait_for(lambda: "conv tok" in term.text(), START_S, "the live view's table")
+    views = term.children(VIEW)
+    assert len(views) == 1, "the view draws from its own process"
+    term.wait_for(lambda: recorded(out) >= 4, END_S, "four requests recorded")
+    return term, out, views[0]
+
+
+def test_q_in_the_view_ends_the_run_with_files_written(tmp_path: Path) -> None:
+    term, out, view = start(tmp_path)
+    try:
+        term.send(b"q")
+        assert term.wait(END_S) == 0
+    finally:
+        term.close()
+    m = manifest(out)
+    assert m["exit_reason"] == "interrupted"
+    assert m["end_time"] is not None
+    d = run_dir(out)
+    assert d is not None and (d / "summary.json").exists()
+    raw = term.raw()
+    # the view had given the terminal back before the summary was printed
+    assert raw.rindex(LEFT_ALT_SCREEN) < raw.index(b"run directory:")
+    assert not view.is_running()
+    assert "Traceback" not in term.text()
+    assert "continuing with plain output" not in term.text()
+
+
+def test_a_view_that_dies_leaves_the_run_going_in_plain_lines(tmp_path: Path) -> None:
+    term, out, view = start(tmp_path)
+    try:
+        view.kill()
+        term.wait_for(
+            lambda: "continuing with plain output" in term.text(), 10, "the fallback's first line"
+        )
+        n = recorded(out)
+        term.wait_for(lambda: recorded(out) >= n + 4, END_S, "four more requests recorded")
+        os.kill(term.pid, signal.SIGINT)  # the run's own Ctrl-C, now that no view has keys
+        assert term.wait(END_S) == 0
+    finally:
+        term.close()
+    text = term.text()
+    assert "the live view ended (its process was killed by signal 9)" in text
+    raw = term.raw()
+    # the run put the terminal back itself (the view could not) before its first plain line
+    assert raw.rindex(LEFT_ALT_SCREEN) < raw.index(b"continuing with plain output")
+    assert manifest(out)["exit_reason"] == "interrupted"
+    assert "run directory:" in text and "Traceback" not in text
+
+
+def test_a_view_that_stops_reading_does_not_hold_up_the_run(tmp_path: Path) -> None:
+    term, out, view = start(tmp_path)
+    try:
+        view.suspend()  # reads nothing more: the pipe to it fills
+        n = recorded(out)
+        term.wait_for(lambda: recorded(out) >= n + 8, END_S, "eight more requests recorded")
+        os.kill(term.pid, signal.SIGINT)
+        assert term.wait(END_S) == 0
+    finally:
+        term.close()
+    assert manifest(out)["exit_reason"] == "interrupted"
+    assert not view.is_running()  # given up at the end, and the terminal put back
+    raw = term.raw()
+    assert raw.rindex(LEFT_ALT_SCREEN) < raw.index(b"run directory:")

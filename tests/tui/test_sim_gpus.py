@@ -1,29 +1,25 @@
 """The quick start's simulated GPUs in the live view: the GPU panel shows them, labelled.
 
 One test from fixed data (the panel's title, bus and name columns), one through the real
-run path: the bundled ``quickstart`` scenario (time-scaled so the test is short) with the
-TUI in Textual's headless mode, until the GPU panel shows both simulated cards under load.
+CLI in a real pseudo-terminal: the bundled ``quickstart`` scenario (time-scaled so the test
+is short), until the GPU panel on the screen shows both simulated cards under load.
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from textual.pilot import Pilot
 
-import stress.tui
 from stress.bundled import bundled_scenario
-from stress.run import execute
-from stress.scenario import load_scenario
-from stress.tui.app import StressApp
 from stress.tui.widgets.cards import CardsTable
+from tests.terminal import Terminal
 from tests.tui.data import snapshot
 from tests.tui.helpers import Source, make_app, screen_text
+from tests.tui.test_run_e2e import END_S, START_S
 
 SIM_CARD = {
     "name": "Simulated H100 (sim)",
@@ -55,9 +51,7 @@ async def test_simulated_cards_are_labelled_in_the_gpu_panel() -> None:
 
 
 @pytest.mark.slow
-async def test_the_quick_start_shows_its_simulated_gpus(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_quick_start_shows_its_simulated_gpus(tmp_path: Path) -> None:
     shipped = bundled_scenario("quickstart")
     assert shipped is not None
     data: dict[str, Any] = yaml.safe_load(shipped.read_text())
@@ -65,34 +59,27 @@ async def test_the_quick_start_shows_its_simulated_gpus(
     data["target"]["sim"]["time_scale"] = 20
     path = tmp_path / "quickstart.yaml"
     path.write_text(yaml.safe_dump(data))
-    apps: list[StressApp] = []
 
-    class HeadlessSink(stress.tui.TuiSink):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, headless=True, size=(160, 50), on_app=apps.append, **kwargs)
+    def busy_cards() -> bool:
+        rows = [line for line in term.screen().splitlines() if "H100 (sim)" in line]
+        return len(rows) == 2 and all(_util(r) > 30 for r in rows)
 
-    monkeypatch.setattr(stress.tui, "TuiSink", HeadlessSink)
-    seen: list[str] = []
-
-    async def wait_for_busy_cards_then_quit() -> None:
-        while not apps or not apps[0].is_running:
-            await asyncio.sleep(0.05)
-        app = apps[0]
-        for _ in range(400):  # up to 20 s
-            cards = (app.last.collectors.get("gpu") or {}).get("cards") if app.last else None
-            if cards and all((c.get("util") or 0) > 30 for c in cards):
-                await asyncio.sleep(0.3)  # let the panel repaint
-                seen.append(screen_text(app))
-                break
-            await asyncio.sleep(0.05)
-        await Pilot(app).press("q")
-
-    presser = asyncio.create_task(wait_for_busy_cards_then_quit())
-    await asyncio.wait_for(execute(load_scenario(path), tmp_path / "out", ui="tui"), 90)
-    await presser
-    assert seen, "the GPU panel never showed busy simulated cards"
-    text = seen[0]
+    term = Terminal(["run", str(path), "--out", str(tmp_path / "out")], tmp_path, (160, 50))
+    try:
+        term.wait_for(lambda: "conv tok" in term.screen(), START_S, "the live view")
+        term.wait_for(busy_cards, END_S, "both simulated cards busy in the GPU panel")
+        text = term.screen()
+        term.send(b"q")
+        assert term.wait(END_S) == 0
+    finally:
+        term.close()
     assert "GPUs (simulated)" in text
     rows = [line for line in text.splitlines() if "H100 (sim)" in line]
     assert len(rows) == 2 and "sim:0" in rows[0] and "sim:1" in rows[1], text
     assert "NVIDIA" not in text  # no real card beside the simulated ones
+
+
+def _util(row: str) -> float:
+    """The utilisation column of a GPU row (``87%``), 0 when not shown yet."""
+    cells = [c for c in row.replace("│", " ").split() if c.endswith("%")]
+    return float(cells[0].rstrip("%")) if cells and cells[0][:-1].isdigit() else 0.0

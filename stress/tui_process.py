@@ -1,0 +1,350 @@
+"""The live view in its own process: ``TuiProcess``, the UI sink ``stress.run`` uses on a
+terminal.
+
+Textual's compositor repaints on the event loop it runs on. On the load generator's loop
+that cost 4-6 % of a core with 64 users and stalled the loop for 24-45 ms now and then,
+and every stall lands on the timestamps of the tokens that arrive meanwhile (issue 15). So
+the view runs in a child process (``python -m stress.tui.child``, niced, the terminal
+inherited) and this side only sends it what it shows: the run's header, then four times a
+second the latest ``Snapshot`` with the events and lines since the last one, pickled on a
+pipe. Keys come back on a second pipe (``quit``, ``cancel``).
+
+The view can never cost the run: a send never blocks (while the child has not read the
+last snapshot, the next is skipped and events wait, bounded), and if the child fails to
+start, dies, or stops answering, this falls back to the headless printer for the rest of
+the run. At the end the child is told to stop and awaited (bounded), so the terminal is
+restored before the summary is printed. This module imports no Textual: the parent never
+loads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import io
+import operator
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import termios
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from stress.events import RunEvent
+from stress.headless import HeadlessPrinter
+from stress.live import Snapshot
+from stress.secrets import REDACTOR
+
+TICK_S = 0.25
+"""Snapshots sent a second: at most 4, enough to watch (the view repaints on each)."""
+NICE = 5
+"""The child's niceness: where it shares a core with the run, the run comes first."""
+READY_TIMEOUT_S = 15.0
+"""A child that has not drawn its first screen in this long is given up for lines."""
+EXIT_TIMEOUT_S = 5.0
+"""How long the end of a run waits for the child to restore the terminal."""
+PENDING = 2000
+"""Events and lines held for the child between snapshots; older ones are counted."""
+FRAME = struct.Struct("<I")
+RESTORE = (
+    "\x1b[<u"  # the keyboard protocol pushed on start
+    "\x1b[?1000l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?1016l"  # mouse reporting
+    "\x1b[?2004l\x1b[?2048l\x1b[?1004l"  # bracketed paste, resize and focus reports
+    "\x1b[?7h"  # line wrap back on
+    "\x1b[?1049l"  # back from the alternate screen
+    "\x1b[?25h"  # the cursor shown
+)
+"""What a full-screen view turns on and must turn off: written, with the terminal's saved
+settings put back, when the child died without doing it itself."""
+
+
+def frame(obj: object) -> bytes:
+    """One message on the pipe: its length, then its pickle."""
+    buf = io.BytesIO()
+    buf.write(b"\0" * FRAME.size)
+    _Pickler(buf, protocol=5).dump(obj)
+    data = buf.getbuffer()
+    FRAME.pack_into(data, 0, len(data) - FRAME.size)
+    return data.tobytes()
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a dataclass as its constructor and its field values. The default for a
+    slotted dataclass is Python code that lists the fields for every instance: a snapshot
+    of 64 users (each row with its recent turns) took ~1 ms, on the run's loop."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        cls = obj.__class__
+        try:
+            values = _VALUES[cls]
+        except KeyError:
+            values = _VALUES[cls] = _field_values(cls)
+        if values is None:
+            return NotImplemented
+        return cls, values(obj)
+
+
+_VALUES: dict[type, Callable[[Any], tuple[Any, ...]] | None] = {}
+
+
+def _field_values(cls: type) -> Callable[[Any], tuple[Any, ...]] | None:
+    """A dataclass's field values in ``__init__``'s order, or None where that cannot
+    rebuild it (not a dataclass, or a field ``__init__`` does not take)."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    fields = dataclasses.fields(cls)
+    if not fields or not all(f.init for f in fields):
+        return None
+    if len(fields) == 1:
+        name = fields[0].name
+        return lambda obj: (getattr(obj, name),)
+    return operator.attrgetter(*(f.name for f in fields))
+
+
+class Frames:
+    """Splits what the pipe delivers (in any pieces) back into messages."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        self._buf += data
+        out = []
+        while len(self._buf) >= FRAME.size:
+            (n,) = FRAME.unpack_from(self._buf)
+            if len(self._buf) < FRAME.size + n:
+                break
+            out.append(pickle.loads(self._buf[FRAME.size : FRAME.size + n]))
+            del self._buf[: FRAME.size + n]
+        return out
+
+
+class _Control(asyncio.Protocol):
+    """The child's messages, one per line: ``ready``, ``quit``, ``cancel``, ``failed ...``."""
+
+    def __init__(self, owner: TuiProcess) -> None:
+        self.owner = owner
+        self.buf = b""
+        self.closed = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        for line in lines:
+            self.owner._control(line.decode("utf-8", "replace"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+class TuiProcess:
+    """Satisfies ``stress.headless.UiSink``; ``started`` is set once the child's first
+    screen is up (the run waits for it before its first request), or when it gave up.
+
+    ``args`` go to the child (``--headless WxH`` renders into a virtual screen, for
+    benchmarks)."""
+
+    def __init__(
+        self,
+        header: dict[str, Any],
+        snapshot: Callable[[], Snapshot],
+        on_quit: Callable[[], None],
+        on_cancel: Callable[[], None],
+        *,
+        tick_s: float = TICK_S,
+        args: tuple[str, ...] = (),
+    ) -> None:
+        self.header = header
+        self.snapshot = snapshot
+        self._on_quit = on_quit
+        self._on_cancel = on_cancel
+        self.tick_s = tick_s
+        self.args = args
+        self.started = asyncio.Event()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.failure: str | None = None
+        """Why the child gave up (its own words), if it said."""
+        self._pending: deque[RunEvent | str] = deque(maxlen=PENDING)
+        self._dropped = 0
+        self._fallback: HeadlessPrinter | None = None
+        self._ended = False
+        self._tty: list[Any] | None = None
+        """The terminal's settings before the child took it (restored if it dies)."""
+        self.sent = 0
+        self.skipped = 0
+        """Snapshots not sent because the child had not read the one before."""
+
+    # --- from the run ------------------------------------------------------------------
+
+    def line(self, text: str) -> None:
+        if self._fallback is not None:
+            self._fallback.line(text)
+        elif self._ended:  # the screen is gone: straight to the terminal
+            print(REDACTOR.text(text), flush=True)
+        else:
+            self._hold(text)
+
+    def on_event(self, ev: RunEvent) -> None:
+        if self._fallback is not None:
+            self._fallback.on_event(ev)
+        elif not self._ended:
+            self._hold(ev)
+
+    def _hold(self, item: RunEvent | str) -> None:
+        if len(self._pending) == self._pending.maxlen:
+            self._dropped += 1
+        self._pending.append(item)
+
+    def _control(self, line: str) -> None:
+        if line == "ready":
+            self.started.set()
+        elif line == "quit":
+            self._on_quit()
+        elif line == "cancel":
+            self._on_cancel()
+        elif line.startswith("failed "):
+            self.failure = line[7:]
+
+    # --- the child -----------------------------------------------------------------------
+
+    def _spawn(self) -> tuple[int, int]:
+        """Start the child; returns this side's ends of the pipes (to it, from it)."""
+        with contextlib.suppress(OSError, termios.error, ValueError):
+            self._tty = termios.tcgetattr(sys.stdin.fileno())
+        down_r, down_w = os.pipe()
+        up_r, up_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "stress.tui.child", str(down_r), str(up_w), *self.args],
+                pass_fds=(down_r, up_w),
+            )
+        except OSError:
+            for fd in (down_r, down_w, up_r, up_w):
+                os.close(fd)
+            raise
+        finally:
+            if self.proc is not None:
+                os.close(down_r)
+                os.close(up_w)
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, NICE)
+        return down_w, up_r
+
+    async def run(self, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            down_w, up_r = self._spawn()
+        except OSError as e:
+            await self._headless(stop, f"the live view could not start ({e})")
+            return
+        writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(down_w, "wb", 0))
+        _, control = await loop.connect_read_pipe(lambda: _Control(self), os.fdopen(up_r, "rb", 0))
+        reason: str | None = None
+        try:
+            writer.write(frame(("header", self.header)))
+            self._send(writer)
+            ready = asyncio.create_task(self.started.wait())
+            done, _ = await asyncio.wait(
+                {ready, control.closed},
+                timeout=READY_TIMEOUT_S,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            ready.cancel()
+            if not self.started.is_set():
+                reason = "did not start" if not done else "ended before its first screen"
+            while reason is None and not stop.is_set():
+                stopped = asyncio.create_task(stop.wait())
+                await asyncio.wait({stopped, control.closed}, timeout=self.tick_s)
+                stopped.cancel()
+                if control.closed.done() and not stop.is_set():
+                    reason = "ended"  # closed by its user, or its process died
+                else:
+                    self._send(writer)
+            if reason is None:
+                self._send(writer)  # the last lines (stopping, cancelling) before the stop
+                writer.write(frame(("stop",)))
+        except (OSError, RuntimeError) as e:  # the pipe broke: the child is gone
+            reason = f"failed ({e})"
+        finally:
+            self._ended = reason is None
+            if not await self._reap(writer, force=reason is not None):
+                self._restore_terminal()
+            self.started.set()
+        if reason is not None:
+            await self._headless(stop, f"the live view {reason}{self._why()}")
+
+    def _send(self, writer: asyncio.WriteTransport) -> None:
+        if writer.is_closing():
+            return
+        if writer.get_write_buffer_size():  # the child is behind: skip, never queue
+            self.skipped += 1
+            return
+        items, self._pending = list(self._pending), deque(maxlen=PENDING)
+        dropped, self._dropped = self._dropped, 0
+        # the view shows events as they come (``items``), not the snapshot's recent ones
+        snap = dataclasses.replace(self.snapshot(), events=())
+        writer.write(frame(("tick", snap, items, dropped)))
+        self.sent += 1
+
+    async def _reap(self, writer: asyncio.WriteTransport, *, force: bool) -> bool:
+        """Wait for the child to restore the terminal and exit (bounded), then close;
+        True when it exited by itself (so the terminal is as it found it)."""
+        proc = self.proc
+        assert proc is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (1.0 if force else EXIT_TIMEOUT_S)
+        # let the stop frame reach it (a child that stopped reading gets the deadline)
+        while writer.get_write_buffer_size() and proc.poll() is None and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        writer.close()
+        for signal_it in (None, proc.terminate, proc.kill):
+            if signal_it is not None:
+                with contextlib.suppress(OSError):
+                    signal_it()
+            wait = max(deadline - loop.time(), 0.0) if signal_it is None else 1.0
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(proc.wait, wait)
+                return signal_it is None and proc.returncode == 0
+        return False
+
+    def _why(self) -> str:
+        """What the child said, or how it ended."""
+        if self.failure:
+            return f": {self.failure}"
+        rc = self.proc.returncode if self.proc is not None else None
+        if rc is not None and rc < 0:
+            return f" (its process was killed by signal {-rc})"
+        return f" (its process exited with status {rc})" if rc else ""
+
+    def _restore_terminal(self) -> None:
+        """Put the terminal back as it was before the child took it (a child that died
+        could not): its settings, then the screen modes a full-screen view turns on."""
+        if self._tty is not None:
+            with contextlib.suppress(OSError, termios.error, ValueError):
+                termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, self._tty)
+        out = sys.__stderr__  # where Textual draws
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            if out is not None and out.isatty():
+                out.write(RESTORE)
+                out.flush()
+
+    async def _headless(self, stop: asyncio.Event, reason: str) -> None:
+        duration = self.header.get("duration_s")
+        printer = HeadlessPrinter(
+            self.snapshot, float(duration) if isinstance(duration, int | float) else None
+        )
+        self._fallback = printer
+        printer.line(f"{reason}; continuing with plain output")
+        for item in self._pending:
+            if isinstance(item, str):
+                printer.line(item)
+            else:
+                printer.on_event(item)
+        self._pending.clear()
+        self.started.set()
+        await printer.run(stop)

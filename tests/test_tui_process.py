@@ -1,0 +1,52 @@
+"""``TuiProcess``: the live view's process, fed over a pipe.
+
+The message framing survives any split of the pipe's reads; and the real child gets the
+run's header, snapshots, events and lines (here without a terminal, so the child's sink
+shows them as plain lines, which this test reads from the child's own stdout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from stress.events import RunEvent
+from stress.tui_process import Frames, TuiProcess, frame
+from tests.tui.data import HEADER, snapshot
+
+
+def test_frames_come_back_whole_however_the_pipe_splits_them() -> None:
+    messages = [("header", HEADER), ("tick", snapshot(1), ["a line"], 0), ("stop",)]
+    data = b"".join(frame(m) for m in messages)
+    for size in (1, 2, 3, 7, 64, 1000, len(data)):
+        frames = Frames()
+        got = []
+        for i in range(0, len(data), size):
+            got += frames.feed(data[i : i + size])
+        assert got == messages, size
+
+
+@pytest.mark.slow
+async def test_the_child_gets_the_events_and_lines_and_stops_when_told(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    snap = snapshot(1)
+    quits: list[int] = []
+    view = TuiProcess(HEADER, lambda: snap, lambda: quits.append(1), lambda: None, tick_s=0.05)
+    stop = asyncio.Event()
+    task = asyncio.create_task(view.run(stop))
+    await asyncio.wait_for(view.started.wait(), 60)  # the child's imports, on a busy machine
+    view.line("a line from the run")
+    view.on_event(RunEvent(1.0, "server_restarted", "the server restarted", "error"))
+    while view.sent < 3:
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(task, 30)
+    assert view.proc is not None and view.proc.returncode == 0
+    out = capfd.readouterr().out
+    assert "a line from the run" in out
+    assert "the server restarted" in out
+    assert quits == []
+    view.line("after the view ended")  # straight to the terminal now
+    assert "after the view ended" in capfd.readouterr().out
