@@ -386,7 +386,9 @@ class Corpus:
         if ends is None:
             ids = doc.ids[i]
             assert ids is not None
-            ends = doc.ends[i] = array("I", accumulate(len(self.tok.token_bytes(t)) for t in ids))
+            lengths = self.tok.byte_lengths()
+            assert lengths is not None  # ids come only from a tokenizer that has them
+            ends = doc.ends[i] = array("I", accumulate(map(lengths.__getitem__, ids)))
         return ends
 
     def _cut(self, text: str, n_tokens: int) -> str:

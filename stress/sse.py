@@ -42,6 +42,16 @@ class SSEParser:
 
         Raises ``SSEError`` when a line or an event grows past ``MAX_EVENT_BYTES``.
         """
+        if (  # a paced stream's read: one whole one-line event, and nothing held over
+            chunk[-2:] == b"\n\n"
+            and chunk[:6] == b"data: "
+            and chunk.count(10) == 2
+            and 13 not in chunk
+            and not self._pending
+            and self._data is None
+            and not self._cr
+        ):
+            return [chunk[6:-2]]
         if not chunk:
             return []
         if self._cr:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from stress.tokens import EstimateTokenizer, get_tokenizer
+from stress.tokens import EstimateTokenizer, TiktokenTokenizer, get_tokenizer
 
 
 def test_shipped_cl100k_works_offline_with_known_counts() -> None:
@@ -73,3 +73,14 @@ def test_long_texts_are_estimated_from_samples_within_a_few_percent() -> None:
     assert count_tokens(short) == get_tokenizer().count(short)
     # the cost is bounded by the sample size, not the text: a 10 MB text counts at once
     assert count_tokens("word " * 2_000_000) > 1_000_000
+
+
+def test_the_byte_length_table_is_each_tokens_own_length() -> None:
+    """A corpus cut finds where a token ends from these lengths: every one must be the
+    token's own (100,256 ordinary tokens, all checked)."""
+    tok = get_tokenizer()
+    assert isinstance(tok, TiktokenTokenizer)
+    lengths = tok.byte_lengths()
+    assert len(lengths) == 100_256
+    assert all(lengths[t] == len(tok.token_bytes(t)) for t in range(len(lengths)))
+    assert EstimateTokenizer().byte_lengths() is None
