@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from stress.gpu_discovery import GpuDiscovery
     from stress.metrics_export import MetricsExporter
     from stress.scenario import LoadedScenario
+    from stress.tui_process import ViewChild
 
 T = TypeVar("T")
 
@@ -265,13 +267,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     from stress.gpu_discovery import GpuDiscovery
 
     gpu = GpuDiscovery()  # first: NVML's start-up overlaps the imports below
+    view = None
+    if _wants_view(args):  # the live view's process: its imports overlap ours too
+        from stress.tui_process import ViewChild
+
+        with contextlib.suppress(OSError):  # the run says why when it tries again
+            view = ViewChild()
     try:
-        return _cmd_run(args, gpu)
+        return _cmd_run(args, gpu, view)
     finally:
         gpu.discard()
+        if view is not None:
+            view.discard()
 
 
-def _cmd_run(args: argparse.Namespace, gpu: GpuDiscovery) -> int:
+def _wants_view(args: argparse.Namespace) -> bool:
+    """The live view, unless --no-tui, or not in a terminal, or built without it."""
+    tty = sys.stdout.isatty() and sys.stdin.isatty()
+    return not args.no_tui and tty and importlib.util.find_spec("stress.tui") is not None
+
+
+def _cmd_run(args: argparse.Namespace, gpu: GpuDiscovery, view: ViewChild | None) -> int:
     from stress.run import execute
     from stress.scenario import load_scenario, with_overrides
 
@@ -294,10 +310,7 @@ def _cmd_run(args: argparse.Namespace, gpu: GpuDiscovery) -> int:
         )
         return 2
     _usable_out(Path(args.out))
-    ui: Literal["headless", "tui"] = "headless"
-    tty = sys.stdout.isatty() and sys.stdin.isatty()
-    if not args.no_tui and tty and importlib.util.find_spec("stress.tui") is not None:
-        ui = "tui"
+    ui: Literal["headless", "tui"] = "tui" if _wants_view(args) else "headless"
     try:
         metrics = _open_metrics(args)
     except _MetricsPortProblem as e:
@@ -313,6 +326,7 @@ def _cmd_run(args: argparse.Namespace, gpu: GpuDiscovery) -> int:
                 metrics=metrics,
                 ray=args.ray,
                 gpu_discovery=gpu,
+                view=view,
             )
         )
     finally:
@@ -359,11 +373,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         print(f"stress capacity: {where}{msg}{fix}", file=sys.stderr)
         return 2
 
-    ui: Literal["headless", "tui"] = "headless"
-    tty = sys.stdout.isatty() and sys.stdin.isatty()
-    if not args.no_tui and tty and importlib.util.find_spec("stress.tui") is not None:
-        ui = "tui"
-
+    ui: Literal["headless", "tui"] = "tui" if _wants_view(args) else "headless"
     try:
         metrics = _open_metrics(args)
     except _MetricsPortProblem as e:

@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # the end-of-run modules load when the run ends (docs/perform
     from stress.metrics_export import MetricsExporter
     from stress.pool import WorkerPool
     from stress.ray_pool import RayLauncher
+    from stress.tui_process import ViewChild
 
 PACKAGES = (
     "aiohttp",
@@ -149,20 +150,32 @@ async def execute(
     metrics: MetricsExporter | None = None,
     ray: str | None = None,
     gpu_discovery: GpuDiscovery | None = None,
+    view: ViewChild | None = None,
 ) -> RunOutcome:
     """Run the scenario once into a new run directory under ``out_dir``; ``search`` is
     where a capacity search stands (the live view's header shows it); ``metrics``, when
     given, serves the run's live Prometheus metrics (``stress.metrics_export``); ``ray``,
     when given, runs the workers as actors of the Ray cluster at that address (``""``:
     the one this machine belongs to; ``stress.ray_pool``); ``gpu_discovery``: the GPU
-    pre-flight already started (else it starts now)."""
+    pre-flight already started (else it starts now); ``view``: with ``ui="tui"``, the live
+    view's process already started (else the run starts it)."""
     session = make_session(loaded.scenario.timeouts.connect)
     found = gpu_discovery or GpuDiscovery()
     gpu = asyncio.ensure_future(found.result())  # NVML in a child process, meanwhile
     try:
         async with open_target(loaded, session) as target:
             return await _run(
-                loaded, out_dir, session, target, progress_interval, ui, search, metrics, ray, gpu
+                loaded,
+                out_dir,
+                session,
+                target,
+                progress_interval,
+                ui,
+                search,
+                metrics,
+                ray,
+                gpu,
+                view,
             )
     finally:
         if not gpu.done():
@@ -184,6 +197,7 @@ async def _run(
     metrics: MetricsExporter | None = None,
     ray: str | None = None,
     gpu: asyncio.Future[dict[str, Any]] | None = None,
+    view: ViewChild | None = None,
 ) -> RunOutcome:
     original = loaded.scenario
     # what the engine runs, step by step, in wall seconds
@@ -307,6 +321,7 @@ async def _run(
             lambda: live.snapshot(clock.now()),
             on_quit=lambda: engine_ref[0].request_stop("interrupted"),
             on_cancel=lambda: engine_ref[0].cancel_in_flight(),
+            child=view,
         )
     else:
         printer = HeadlessPrinter(

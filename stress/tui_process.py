@@ -142,6 +142,56 @@ class _Control(asyncio.Protocol):
             self.closed.set_result(None)
 
 
+class ViewChild:
+    """The view's process, started (and niced) when this is made. ``stress run`` makes it
+    before its own imports, so the child's (Textual's, ~0.3 s, over 1 s on a slow host)
+    overlap them instead of delaying the first request; it waits for the run's header
+    before it takes the terminal. ``discard`` ends one the run never used."""
+
+    def __init__(self, args: tuple[str, ...] = ()) -> None:
+        self.tty: list[Any] | None = None
+        """The terminal's settings before the child took it (restored if it dies)."""
+        with contextlib.suppress(OSError, termios.error, ValueError):
+            self.tty = termios.tcgetattr(sys.stdin.fileno())
+        down_r, self.down_w = os.pipe()
+        self.up_r, up_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "stress.tui.child", str(down_r), str(up_w), *args],
+                pass_fds=(down_r, up_w),
+            )
+        except OSError:
+            for fd in (self.down_w, self.up_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(down_r)
+            os.close(up_w)
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, NICE)
+        self.taken = False
+
+    def take(self) -> tuple[int, int]:
+        """This side's ends of the pipes (to the child, from it), for one run."""
+        assert not self.taken
+        self.taken = True
+        return self.down_w, self.up_r
+
+    def discard(self) -> None:
+        """End a child no run took (a scenario that did not load, a target that did not
+        answer): it has not touched the terminal, which it takes only on the run's header,
+        so it is killed at once rather than waited for."""
+        if self.taken:
+            return
+        self.taken = True
+        for fd in (self.down_w, self.up_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.proc.wait()
+
+
 class TuiProcess:
     """Satisfies ``stress.headless.UiSink``; ``started`` is set once the child's first
     screen is up (the run waits for it before its first request), or when it gave up.
@@ -158,6 +208,7 @@ class TuiProcess:
         *,
         tick_s: float = TICK_S,
         args: tuple[str, ...] = (),
+        child: ViewChild | None = None,
     ) -> None:
         self.header = header
         self.snapshot = snapshot
@@ -166,15 +217,14 @@ class TuiProcess:
         self.tick_s = tick_s
         self.args = args
         self.started = asyncio.Event()
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child = child
+        """The view's process, if started before the run (else ``run`` starts it)."""
         self.failure: str | None = None
         """Why the child gave up (its own words), if it said."""
         self._pending: deque[RunEvent | str] = deque(maxlen=PENDING)
         self._dropped = 0
         self._fallback: HeadlessPrinter | None = None
         self._ended = False
-        self._tty: list[Any] | None = None
-        """The terminal's settings before the child took it (restored if it dies)."""
         self.sent = 0
         self.skipped = 0
         """Snapshots not sent because the child had not read the one before."""
@@ -212,33 +262,12 @@ class TuiProcess:
 
     # --- the child -----------------------------------------------------------------------
 
-    def _spawn(self) -> tuple[int, int]:
-        """Start the child; returns this side's ends of the pipes (to it, from it)."""
-        with contextlib.suppress(OSError, termios.error, ValueError):
-            self._tty = termios.tcgetattr(sys.stdin.fileno())
-        down_r, down_w = os.pipe()
-        up_r, up_w = os.pipe()
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "stress.tui.child", str(down_r), str(up_w), *self.args],
-                pass_fds=(down_r, up_w),
-            )
-        except OSError:
-            for fd in (down_r, down_w, up_r, up_w):
-                os.close(fd)
-            raise
-        finally:
-            if self.proc is not None:
-                os.close(down_r)
-                os.close(up_w)
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, self.proc.pid, NICE)
-        return down_w, up_r
-
     async def run(self, stop: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         try:
-            down_w, up_r = self._spawn()
+            if self.child is None or self.child.taken:
+                self.child = ViewChild(self.args)
+            down_w, up_r = self.child.take()
         except OSError as e:
             await self._headless(stop, f"the live view could not start ({e})")
             return
@@ -294,8 +323,8 @@ class TuiProcess:
     async def _reap(self, writer: asyncio.WriteTransport, *, force: bool) -> bool:
         """Wait for the child to restore the terminal and exit (bounded), then close;
         True when it exited by itself (so the terminal is as it found it)."""
-        proc = self.proc
-        assert proc is not None
+        assert self.child is not None
+        proc = self.child.proc
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (1.0 if force else EXIT_TIMEOUT_S)
         # let the stop frame reach it (a child that stopped reading gets the deadline)
@@ -316,7 +345,7 @@ class TuiProcess:
         """What the child said, or how it ended."""
         if self.failure:
             return f": {self.failure}"
-        rc = self.proc.returncode if self.proc is not None else None
+        rc = self.child.proc.returncode if self.child is not None else None
         if rc is not None and rc < 0:
             return f" (its process was killed by signal {-rc})"
         return f" (its process exited with status {rc})" if rc else ""
@@ -324,9 +353,10 @@ class TuiProcess:
     def _restore_terminal(self) -> None:
         """Put the terminal back as it was before the child took it (a child that died
         could not): its settings, then the screen modes a full-screen view turns on."""
-        if self._tty is not None:
+        tty = self.child.tty if self.child is not None else None
+        if tty is not None:
             with contextlib.suppress(OSError, termios.error, ValueError):
-                termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, self._tty)
+                termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, tty)
         out = sys.__stderr__  # where Textual draws
         with contextlib.suppress(OSError, ValueError, AttributeError):
             if out is not None and out.isatty():

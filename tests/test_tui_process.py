@@ -43,7 +43,7 @@ async def test_the_child_gets_the_events_and_lines_and_stops_when_told(
         await asyncio.sleep(0.05)
     stop.set()
     await asyncio.wait_for(task, 30)
-    assert view.proc is not None and view.proc.returncode == 0
+    assert view.child is not None and view.child.proc.returncode == 0
     out = capfd.readouterr().out
     assert "a line from the run" in out
     assert "the server restarted" in out

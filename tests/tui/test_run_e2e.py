@@ -131,3 +131,19 @@ def test_a_view_that_stops_reading_does_not_hold_up_the_run(tmp_path: Path) -> N
     assert not view.is_running()  # given up at the end, and the terminal put back
     raw = term.raw()
     assert raw.rindex(LEFT_ALT_SCREEN) < raw.index(b"run directory:")
+
+
+def test_a_scenario_that_does_not_load_leaves_the_terminal_untouched(tmp_path: Path) -> None:
+    """The view's process starts before the scenario is read; one that never got a
+    header is ended at once, having drawn nothing: the error is one line on a plain
+    terminal."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nusers: {count: -1}\n")
+    term = Terminal(["run", str(bad), "--out", str(tmp_path / "out")], tmp_path)
+    try:
+        assert term.wait(START_S) == 2
+    finally:
+        term.close()
+    assert "users.count" in term.text() and "-- fix:" in term.text()
+    assert b"\x1b[?1049h" not in term.raw()  # never took the screen
+    assert "Traceback" not in term.text()
