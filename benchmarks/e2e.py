@@ -721,17 +721,23 @@ def part_rss(args: argparse.Namespace, tmp: Path, rss: dict[int, list[Run]]) -> 
     sys.stdout.flush()
 
 
-def _start_runs(args: argparse.Namespace, stress_cmd: list[str], pin: int | None) -> None:
+def _start_runs(
+    args: argparse.Namespace, stress_cmd: list[str], pin: int | None, view: bool = False
+) -> None:
     where = f"pinned to cpu {pin}" if pin is not None else "not pinned"
+    if view:
+        where += ", with the live view in a terminal"
     first, to_clock = [], []
     for r in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="stress-e2e-start-") as d:
             logs = Path(d)
             out = logs / "runs"
             with paced_server(args.server_cpu, log_dir=logs) as (url, log):
-                cmd = [*stress_cmd, "run", str(QUICKSTART), "--target", url, "--no-tui"]
+                cmd = [*stress_cmd, "run", str(QUICKSTART), "--target", url]
+                cmd += [] if view else ["--no-tui"]
                 cmd += ["--duration", "2s", "--out", str(out), "--fail-on", "never"]
-                proc = launch(cmd, pin, None, timeout=120)
+                size = tuple(int(x) for x in args.tui_size.lower().split("x"))
+                proc = launch(cmd, pin, (size[0], size[1]) if view else None, timeout=120)
             arrivals = [orjson.loads(x)["t_recv"] for x in log.read_bytes().splitlines()]
             if not arrivals:
                 raise SystemExit(f"no request reached the server:\n{proc.output.decode()[-3000:]}")
@@ -761,6 +767,9 @@ def part_start(args: argparse.Namespace, tmp: Path) -> None:
     # core (the GPU pre-flight's child and the corpus's encoding threads use others)
     for pin in dict.fromkeys([args.client_cpu, None]):
         _start_runs(args, stress_cmd, pin)
+    if "tui" in args.parts:  # the quick start as the README shows it: in a terminal
+        for pin in dict.fromkeys([args.client_cpu, None]):
+            _start_runs(args, stress_cmd, pin, view=True)
     for what, cmd in (
         ("stress --help", [*stress_cmd, "--help"]),
         ("stress run --help", [*stress_cmd, "run", "--help"]),

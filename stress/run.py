@@ -518,8 +518,8 @@ async def _run(
     for warning in probe_warnings:
         recorder.event(RunEvent(clock.now(), "preflight", warning, "warning", source="server"))
     started = getattr(printer, "started", None)
-    if started is not None:  # let the live view finish starting before the first request
-        with contextlib.suppress(TimeoutError):
+    if started is not None:  # the live view has its header (not its first screen: its own
+        with contextlib.suppress(TimeoutError):  # process draws it, not this loop)
             await asyncio.wait_for(started.wait(), timeout=10)
     exit_reason = "crashed"
     try:

@@ -41,10 +41,11 @@ from stress.secrets import REDACTOR
 
 TICK_S = 0.25
 """Snapshots sent a second: at most 4, enough to watch (the view repaints on each)."""
-NICE = 5
-"""The child's niceness: where it shares a core with the run, the run comes first."""
+NICE = 10
+"""The child's niceness: where it shares a core with the run, the run comes first (its
+start-up overlaps the run's first requests)."""
 READY_TIMEOUT_S = 15.0
-"""A child that has not drawn its first screen in this long is given up for lines."""
+"""A view that has not drawn its first screen in this long is given up for lines."""
 EXIT_TIMEOUT_S = 5.0
 """How long the end of a run waits for the child to restore the terminal."""
 PENDING = 2000
@@ -193,8 +194,8 @@ class ViewChild:
 
 
 class TuiProcess:
-    """Satisfies ``stress.headless.UiSink``; ``started`` is set once the child's first
-    screen is up (the run waits for it before its first request), or when it gave up.
+    """Satisfies ``stress.headless.UiSink``; ``started`` is set once the view's process
+    has the run's header: the run then sends its first request.
 
     ``args`` go to the child (``--headless WxH`` renders into a virtual screen, for
     benchmarks)."""
@@ -217,6 +218,10 @@ class TuiProcess:
         self.tick_s = tick_s
         self.args = args
         self.started = asyncio.Event()
+        """Set once the view's process has its header (the run sends its first request
+        then, not waiting for the first screen), or when the run gave up on it."""
+        self.ready = False
+        """The view has drawn its first screen."""
         self.child = child
         """The view's process, if started before the run (else ``run`` starts it)."""
         self.failure: str | None = None
@@ -252,7 +257,7 @@ class TuiProcess:
 
     def _control(self, line: str) -> None:
         if line == "ready":
-            self.started.set()
+            self.ready = True
         elif line == "quit":
             self._on_quit()
         elif line == "cancel":
@@ -277,23 +282,22 @@ class TuiProcess:
         try:
             writer.write(frame(("header", self.header)))
             self._send(writer)
-            ready = asyncio.create_task(self.started.wait())
-            done, _ = await asyncio.wait(
-                {ready, control.closed},
-                timeout=READY_TIMEOUT_S,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            ready.cancel()
-            if not self.started.is_set():
-                reason = "did not start" if not done else "ended before its first screen"
-            while reason is None and not stop.is_set():
+            # the run need not wait for the first screen: the view starts on a process of
+            # its own (niced), and what happens meanwhile is shown when it is up
+            self.started.set()
+            give_up = loop.time() + READY_TIMEOUT_S
+            while not stop.is_set():
                 stopped = asyncio.create_task(stop.wait())
                 await asyncio.wait({stopped, control.closed}, timeout=self.tick_s)
                 stopped.cancel()
                 if control.closed.done() and not stop.is_set():
-                    reason = "ended"  # closed by its user, or its process died
-                else:
-                    self._send(writer)
+                    # closed by its user, or its process died
+                    reason = "ended" if self.ready else "ended before its first screen"
+                    break
+                if not self.ready and loop.time() > give_up:
+                    reason = f"did not draw its first screen in {READY_TIMEOUT_S:.0f} s"
+                    break
+                self._send(writer)
             if reason is None:
                 self._send(writer)  # the last lines (stopping, cancelling) before the stop
                 writer.write(frame(("stop",)))

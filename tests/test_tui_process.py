@@ -36,7 +36,12 @@ async def test_the_child_gets_the_events_and_lines_and_stops_when_told(
     view = TuiProcess(HEADER, lambda: snap, lambda: quits.append(1), lambda: None, tick_s=0.05)
     stop = asyncio.Event()
     task = asyncio.create_task(view.run(stop))
-    await asyncio.wait_for(view.started.wait(), 60)  # the child's imports, on a busy machine
+    await asyncio.wait_for(view.started.wait(), 60)
+    for _ in range(1200):  # up to 60 s: the child's imports, on a busy machine
+        if view.ready:
+            break
+        await asyncio.sleep(0.05)
+    assert view.ready
     view.line("a line from the run")
     view.on_event(RunEvent(1.0, "server_restarted", "the server restarted", "error"))
     while view.sent < 3:

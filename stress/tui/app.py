@@ -52,7 +52,7 @@ class StressApp(App[None]):
         self.feed = feed
         self.tick_s = tick_s
         self.ready = asyncio.Event()
-        """Set once the first screen is up (the run waits for it before sending requests)."""
+        """Set once the first screen is up (the view says `ready` then)."""
         self.last: Snapshot | None = None
         self.ticks = 0
 
