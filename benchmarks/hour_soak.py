@@ -6,15 +6,16 @@ Why: time-scaled runs compress wall time, which hides anything that grows per wa
 its full hour, exactly as a user would (the real CLI, in its own process), against
 `stress sim` started apart (so the simulator's work is not the client's), headless or with
 the live view in a pseudo-terminal (the TUI really renders), and samples the client
-process every ``--every`` seconds: RSS (MiB) and CPU (% of one core over the interval).
+process every ``--every`` seconds: RSS (MiB) and CPU (% of one core over the interval);
+with the view, its own process (``stress.tui.child``) apart, likewise.
 
     .venv/bin/python benchmarks/hour_soak.py --ui headless --out /tmp/soak-headless
     .venv/bin/python benchmarks/hour_soak.py --ui tui --out /tmp/soak-tui
     .venv/bin/python benchmarks/hour_soak.py --duration 5m --every 10   # a short try
 
-Writes ``samples.csv`` (t_s, rss_mib, cpu_pct) and ``result.json`` (first/last/max RSS,
-growth after the first 10 minutes, mean CPU, the run's verdict line) into ``--out``, and
-prints them.
+Writes ``samples.csv`` (t_s, rss_mib, cpu_pct, view_rss_mib, view_cpu_pct) and
+``result.json`` (first/last/max RSS, growth after the first 10 minutes, mean CPU, the
+run's verdict line) into ``--out``, and prints them.
 """
 
 from __future__ import annotations
@@ -87,6 +88,33 @@ def drain(master: int | None, sink: list[int]) -> None:
         sink[0] += len(chunk)
 
 
+def view_result(rows: list[tuple[float, ...]]) -> dict[str, float | None]:
+    """The live view's own process over the run: RSS first, last, max, growth after the
+    first 10 minutes; mean CPU."""
+    seen = [r for r in rows if r[3] == r[3]]  # NaN: not found yet
+    after10 = [r for r in seen if r[0] >= 600] or seen
+    return {
+        "view_rss_first_mib": seen[0][3] if seen else None,
+        "view_rss_last_mib": seen[-1][3] if seen else None,
+        "view_rss_max_mib": max((r[3] for r in seen), default=None),
+        "view_rss_growth_after_10min_mib": round(after10[-1][3] - after10[0][3], 1)
+        if after10
+        else None,
+        "view_cpu_mean_pct": round(sum(r[4] for r in seen) / len(seen), 1) if seen else None,
+    }
+
+
+def find_view(p: psutil.Process) -> psutil.Process | None:
+    """The live view's process (``stress.tui.child``), a child of the run's."""
+    for c in p.children():
+        try:
+            if "stress.tui.child" in c.cmdline():
+                return c
+        except psutil.Error:
+            pass
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ui", choices=("headless", "tui"), default="headless")
@@ -108,7 +136,8 @@ def main() -> None:
     p = psutil.Process(proc.pid)
     p.cpu_percent(None)
     t0 = time.monotonic()
-    rows: list[tuple[float, float, float]] = []
+    rows: list[tuple[float, ...]] = []
+    view: psutil.Process | None = None  # the live view's own process (--ui tui)
     written = [0]
     try:
         while proc.poll() is None:
@@ -123,8 +152,28 @@ def main() -> None:
                 cpu = p.cpu_percent(None)
             except psutil.NoSuchProcess:
                 break
-            rows.append((round(time.monotonic() - t0, 1), round(rss, 1), round(cpu, 1)))
-            print(f"t={rows[-1][0]:7.0f}s rss={rss:6.1f} MiB cpu={cpu:5.1f}%", flush=True)
+            view_rss = view_cpu = float("nan")
+            if args.ui == "tui":
+                if view is None:
+                    view = find_view(p)
+                    if view is not None:
+                        view.cpu_percent(None)  # the first interval starts now
+                if view is not None:
+                    try:
+                        view_rss, view_cpu = view.memory_info().rss / 2**20, view.cpu_percent(None)
+                    except psutil.NoSuchProcess:
+                        view = None
+            t = round(time.monotonic() - t0, 1)
+            rows.append((t, round(rss, 1), round(cpu, 1), round(view_rss, 1), round(view_cpu, 1)))
+            print(
+                f"t={t:7.0f}s rss={rss:6.1f} MiB cpu={cpu:5.1f}%"
+                + (
+                    f"  view rss={view_rss:6.1f} MiB cpu={view_cpu:5.1f}%"
+                    if args.ui == "tui"
+                    else ""
+                ),
+                flush=True,
+            )
     finally:
         drain(master, written)
         proc.wait()
@@ -132,7 +181,7 @@ def main() -> None:
         sim.wait()
     with open(out / "samples.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["t_s", "rss_mib", "cpu_pct"])
+        w.writerow(["t_s", "rss_mib", "cpu_pct", "view_rss_mib", "view_cpu_pct"])
         w.writerows(rows)
     after10 = [r for r in rows if r[0] >= 600] or rows
     summaries = sorted((out / "runs").glob("*/summary.json"))
@@ -153,6 +202,7 @@ def main() -> None:
         "cpu_mean_pct": round(sum(r[2] for r in rows) / len(rows), 1) if rows else None,
         "cpu_max_pct": max((r[2] for r in rows), default=None),
         "tui_bytes_written": written[0] if args.ui == "tui" else None,
+        **(view_result(rows) if args.ui == "tui" else {}),
         "verdict": verdict,
     }
     (out / "result.json").write_text(json.dumps(result, indent=2))

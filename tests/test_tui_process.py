@@ -12,7 +12,8 @@ import asyncio
 import pytest
 
 from stress.events import RunEvent
-from stress.tui_process import Frames, TuiProcess, frame
+from stress.tui.feed import PENDING as FEED_PENDING
+from stress.tui_process import PENDING, Frames, TuiProcess, frame
 from tests.tui.data import HEADER, snapshot
 
 
@@ -55,3 +56,28 @@ async def test_the_child_gets_the_events_and_lines_and_stops_when_told(
     assert quits == []
     view.line("after the view ended")  # straight to the terminal now
     assert "after the view ended" in capfd.readouterr().out
+
+
+@pytest.mark.slow
+async def test_lines_past_the_bound_are_counted_and_shown_as_skipped(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A view that is behind gets the newest lines and a count of the rest: the lines the
+    run could not hold and those the view's own log could not are one count."""
+    view = TuiProcess(HEADER, lambda: snapshot(1), lambda: None, lambda: None, tick_s=0.05)
+    for i in range(PENDING + 100):
+        view.line(f"line {i}")
+    stop = asyncio.Event()
+    task = asyncio.create_task(view.run(stop))
+    for _ in range(1200):  # up to 60 s: the child's imports, on a busy machine
+        if view.ready and view.sent >= 2:
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.wait_for(task, 30)
+    out = capfd.readouterr().out
+    total = PENDING + 100  # the run holds PENDING of them, the view's feed FEED_PENDING
+    assert f"({total - FEED_PENDING} lines skipped: see events.jsonl)" in out
+    first_shown = total - FEED_PENDING
+    assert f"line {first_shown - 1}\n" not in out and f"line {first_shown}\n" in out
+    assert f"line {total - 1}\n" in out

@@ -40,6 +40,8 @@ class _View:
         self.latest: Snapshot | None = None
         self.sink: TuiSink | None = None
         self.early: list[RunEvent | str] = []
+        self.dropped = 0
+        """Lines the run could not hold for the view while it was behind."""
         self.first = asyncio.Event()
         self.stop = asyncio.Event()
 
@@ -53,9 +55,7 @@ class _View:
             self.header = msg[1]
         elif kind == "tick":
             _, self.latest, items, dropped = msg
-            if dropped:
-                items = [f"({dropped} lines skipped while the view was behind: see events.jsonl)"]
-                items += msg[2]
+            self.dropped += dropped  # shown by the feed, as its own skipped lines
             self._show(items)
             self.first.set()
         elif kind == "stop":
@@ -66,6 +66,8 @@ class _View:
         if sink is None:
             self.early += items
             return
+        sink.feed.dropped += self.dropped
+        self.dropped = 0
         for item in items:
             if isinstance(item, str):
                 sink.line(item)
