@@ -202,6 +202,12 @@ class HeadlessPrinter:
         self.end_interval()
 
 
+def fallback_printer(snapshot: Callable[[], Snapshot], header: dict[str, Any]) -> HeadlessPrinter:
+    """The plain printer a live view falls back to, for the run its ``header`` describes."""
+    duration = header.get("duration_s")
+    return HeadlessPrinter(snapshot, float(duration) if isinstance(duration, int | float) else None)
+
+
 def workers_text(workers: dict[int, dict[str, Any]]) -> str:
     """``workers: w0 cpu 41% lag 3ms 88MiB, w1 DEAD``: each worker process's latest health,
     so an overloaded (or dead) one shows while the run goes on."""

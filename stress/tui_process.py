@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stress.events import RunEvent
-from stress.headless import HeadlessPrinter
+from stress.headless import HeadlessPrinter, fallback_printer
 from stress.live import Snapshot
 from stress.secrets import REDACTOR
 
@@ -231,8 +231,6 @@ class TuiProcess:
         self._fallback: HeadlessPrinter | None = None
         self._ended = False
         self.sent = 0
-        self.skipped = 0
-        """Snapshots not sent because the child had not read the one before."""
 
     # --- from the run ------------------------------------------------------------------
 
@@ -315,7 +313,6 @@ class TuiProcess:
         if writer.is_closing():
             return
         if writer.get_write_buffer_size():  # the child is behind: skip, never queue
-            self.skipped += 1
             return
         items, self._pending = list(self._pending), deque(maxlen=PENDING)
         dropped, self._dropped = self._dropped, 0
@@ -368,10 +365,7 @@ class TuiProcess:
                 out.flush()
 
     async def _headless(self, stop: asyncio.Event, reason: str) -> None:
-        duration = self.header.get("duration_s")
-        printer = HeadlessPrinter(
-            self.snapshot, float(duration) if isinstance(duration, int | float) else None
-        )
+        printer = fallback_printer(self.snapshot, self.header)
         self._fallback = printer
         printer.line(f"{reason}; continuing with plain output")
         for item in self._pending:

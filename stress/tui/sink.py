@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stress.events import RunEvent
-from stress.headless import HeadlessPrinter
+from stress.headless import HeadlessPrinter, fallback_printer
 from stress.live import Snapshot
 from stress.tui.app import TICK_S, StressApp
 from stress.tui.feed import Feed
@@ -96,10 +96,7 @@ class TuiSink:
             await self._headless(stop, reason)
 
     async def _headless(self, stop: asyncio.Event, reason: str | None) -> None:
-        duration = self.feed.header.get("duration_s")
-        printer = HeadlessPrinter(
-            self.feed.snapshot, float(duration) if isinstance(duration, int | float) else None
-        )
+        printer = fallback_printer(self.feed.snapshot, self.feed.header)
         self._fallback = printer
         if reason:
             printer.line(f"{reason}; continuing with plain output")
