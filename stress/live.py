@@ -21,6 +21,7 @@ view is as smooth at any scale.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -116,7 +117,9 @@ class _UserState:
     think_until: float | None = None
     last_request_id: str | None = None
     in_flight: RequestRecord | None = None
-    recent: deque[TurnSummary] = field(default_factory=lambda: deque(maxlen=RECENT_TURNS))
+    recent: tuple[TurnSummary, ...] = ()
+    """The last ``RECENT_TURNS`` turns, oldest first: a new tuple only when a turn ends, so
+    a snapshot shares it and the live view's process is sent it only when it changed."""
 
     def row(self, now: float, scale: float) -> UserRow:
         """The row at wall time ``now``, on the simulated clock when ``scale`` is not 1."""
@@ -155,7 +158,7 @@ class _UserState:
             self.errors,
             self.empty,
             self.last_error,
-            tuple(self.recent),
+            self.recent,
             waited,
             silent,
             think_left,
@@ -253,7 +256,11 @@ class Live:
         """Every headline TTFT and decode speed so far (~32 bytes each): the SLO's figures
         are exact percentiles, as in summary.json."""
         self._ttft: deque[tuple[float, float]] = deque(maxlen=512)
-        self._done: deque[tuple[float, int, int, int]] = deque(maxlen=4096)
+        self._window: deque[list[int]] = deque(maxlen=int(self.WINDOW_S) + 2)
+        """Per wall second of the recent window: [second, completion, prompt, cached tokens]
+        of the requests that ended in it. A snapshot sums ~60 of these, however many
+        requests ended (a list of every request held only the last 4,096, which at 2,000
+        streams was a few seconds of the window, divided by all 60)."""
         self._buckets: deque[tuple[int, int]] = deque(maxlen=self.HISTORY)
         self.events: deque[RunEvent] = deque(maxlen=200)
         self.collectors: dict[str, Any] = {}
@@ -334,24 +341,31 @@ class Live:
             u.last_retention = figures.retention([(rec.cached_tokens, rec.reusable_tokens)])
         if rec.cached_tokens is not None and rec.reusable_tokens and not rec.warmup:
             self._retention.add(rec.cached_tokens, rec.reusable_tokens)
-        u.recent.append(
-            TurnSummary(
-                rec.round,
-                rec.conversation,
-                sim_seconds(t_end, scale),
-                rec.outcome,
-                rec.error_class,
-                rec.prompt_tokens,
-                rec.cached_tokens,
-                rec.completion_tokens,
-                ttft,
-                decode,
-                sim_seconds(rec.e2e_s, scale),
-                sim_seconds(rec.max_gap_s, scale),
-                rec.request_id,
-            )
+        turn = TurnSummary(
+            rec.round,
+            rec.conversation,
+            sim_seconds(t_end, scale),
+            rec.outcome,
+            rec.error_class,
+            rec.prompt_tokens,
+            rec.cached_tokens,
+            rec.completion_tokens,
+            ttft,
+            decode,
+            sim_seconds(rec.e2e_s, scale),
+            sim_seconds(rec.max_gap_s, scale),
+            rec.request_id,
         )
-        self._done.append((t_end, rec.completion_tokens, prompt, rec.cached_tokens or 0))
+        u.recent = (*u.recent[max(0, len(u.recent) + 1 - RECENT_TURNS) :], turn)
+        sec = int(t_end)
+        window = self._window
+        if window and window[-1][0] == sec:
+            w = window[-1]
+            w[1] += rec.completion_tokens
+            w[2] += prompt
+            w[3] += rec.cached_tokens or 0
+        else:
+            window.append([sec, rec.completion_tokens, prompt, rec.cached_tokens or 0])
         bucket = int(t_end // self.BUCKET_S)
         if self._buckets and self._buckets[-1][0] == bucket:
             self._buckets[-1] = (bucket, self._buckets[-1][1] + rec.completion_tokens)
@@ -370,10 +384,14 @@ class Live:
         scale = self.time_scale
         cutoff = t - self.WINDOW_S
         recent_ttft = [v for (te, v) in self._ttft if te >= cutoff]
-        done = [d for d in self._done if d[0] >= cutoff]
-        span = min(self.WINDOW_S, t) or 1.0
-        prompt = sum(d[2] for d in done)
-        cached = sum(d[3] for d in done)
+        first = max(0, math.ceil(cutoff))  # whole seconds in the window: [first, t]
+        span = (t - first) or 1.0
+        out = prompt = cached = 0
+        for sec, c, p, k in self._window:
+            if sec >= first:
+                out += c
+                prompt += p
+                cached += k
         rows = tuple(u.row(t, scale) for u in self._users.values())
         arrival_rate = None
         if self.open_loop:
@@ -401,7 +419,7 @@ class Live:
             completion_tokens=self.completion_tokens,
             ttft_p50_recent=statistics.median(recent_ttft) if recent_ttft else None,
             ttft_recent=tuple(v for (_, v) in list(self._ttft)[-60:]),
-            out_tok_s_recent=sim_rate(sum(d[1] for d in done) / span, scale),
+            out_tok_s_recent=sim_rate(out / span, scale),
             out_tok_s_history=tuple(history[-self.HISTORY :]),
             cached_share_recent=(cached / prompt) if prompt else None,
             working_set_tokens=sum(r.conversation_tokens for r in rows),

@@ -176,3 +176,50 @@ def test_the_headless_printer_shows_a_time_scaled_run_in_simulated_seconds() -> 
     assert "longest waits: u1 silent 2m00s, u0 1st token 100s" in status
     plain = HeadlessPrinter(lambda: drive(Live(3)).snapshot(20.0), 40.0, stream=out)
     assert plain.status(plain.snapshot()).startswith("[   20s / 40s] starting |")
+
+
+def finished(
+    live: Live, user: int, t_end: float, completion: int, prompt: int, cached: int
+) -> None:
+    rec = RequestRecord(
+        user=user,
+        conversation=1,
+        round=1,
+        turn=1,
+        t_start=t_end - 1.0,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        completion_tokens=completion,
+    )
+    live.on_send(rec)
+    live.on_record(rec, t_end)
+
+
+def test_the_recent_window_counts_every_request_however_many_end() -> None:
+    """2,000 requests a second for 90 s: the last 60 s's output rate and cached share are
+    every request's, not the last few thousand's spread over the window."""
+    live = Live(2000)
+    for tick in range(90 * 10):  # 200 requests every 0.1 s
+        t = tick / 10
+        for u in range(200):
+            finished(live, u, t, completion=10, prompt=100, cached=25 if t >= 60 else 0)
+    snap = live.snapshot(90.0)
+    # the window is [30, 90]: whole seconds 30..89 hold 2,000 requests each
+    assert snap.out_tok_s_recent == 60 * 2000 * 10 / 60.0
+    assert snap.cached_share_recent == (30 * 2000 * 25) / (60 * 2000 * 100)
+    early = Live(200)  # before a minute: over the time so far
+    for tick in range(10):
+        for u in range(200):
+            finished(early, u, tick / 10, completion=10, prompt=100, cached=0)
+    assert early.snapshot(0.95).out_tok_s_recent == 10 * 200 * 10 / 0.95
+
+
+def test_a_users_recent_turns_are_shared_by_snapshots_until_a_turn_ends() -> None:
+    live = Live(1)
+    for i in range(12):
+        finished(live, 0, float(i), completion=i, prompt=100, cached=0)
+    a, b = live.snapshot(12.0).users[0].recent, live.snapshot(12.5).users[0].recent
+    assert a is b and [t.completion_tokens for t in a] == list(range(2, 12))
+    finished(live, 0, 13.0, completion=99, prompt=100, cached=0)
+    c = live.snapshot(13.5).users[0].recent
+    assert c is not a and [t.completion_tokens for t in c] == [*range(3, 12), 99]

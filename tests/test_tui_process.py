@@ -8,17 +8,20 @@ shows them as plain lines, which this test reads from the child's own stdout).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
 from stress.events import RunEvent
+from stress.live import Live, Snapshot
+from stress.record import RequestRecord
 from stress.tui.feed import PENDING as FEED_PENDING
-from stress.tui_process import PENDING, Frames, TuiProcess, frame
+from stress.tui_process import PENDING, Frames, Ticks, TuiProcess, frame
 from tests.tui.data import HEADER, snapshot
 
 
 def test_frames_come_back_whole_however_the_pipe_splits_them() -> None:
-    messages = [("header", HEADER), ("tick", snapshot(1), ["a line"], 0), ("stop",)]
+    messages = [("header", HEADER), ("tick", snapshot(1), ["a line"], 0, {}), ("stop",)]
     data = b"".join(frame(m) for m in messages)
     for size in (1, 2, 3, 7, 64, 1000, len(data)):
         frames = Frames()
@@ -26,6 +29,45 @@ def test_frames_come_back_whole_however_the_pipe_splits_them() -> None:
         for i in range(0, len(data), size):
             got += frames.feed(data[i : i + size])
         assert got == messages, size
+
+
+def turn(live: Live, user: int, t_end: float) -> None:
+    rec = RequestRecord(user=user, conversation=1, round=int(t_end), turn=1, t_start=t_end - 1)
+    rec.ttft_s, rec.completion_tokens, rec.request_id = 0.5, int(t_end), f"r{user}-{t_end}"
+    live.on_send(rec)
+    live.on_record(rec, t_end)
+
+
+def test_ticks_send_a_users_recent_turns_only_when_they_changed() -> None:
+    """What the view rebuilds is the snapshot the run took, tick after tick, though a
+    user's recent turns travel only in the tick after one ended; a session that left and
+    one that reuses its number with no turns yet come back as they are."""
+    live = Live(64)
+    for t in range(1, 13):
+        for u in range(64):
+            turn(live, u, float(t))
+    sender, receiver, frames = Ticks(), Ticks(), Frames()
+    sizes = []
+
+    def through(snap: Snapshot) -> Snapshot:
+        data = sender.encode(snap, ["a line"], 0)
+        sizes.append(len(data))
+        [(kind, got, items, dropped, changed)] = frames.feed(data)
+        assert (kind, items, dropped) == ("tick", ["a line"], 0)
+        return receiver.decode(got, changed)
+
+    for snap in (
+        live.snapshot(13.0),  # every user's turns, the first time
+        live.snapshot(13.25),  # none changed
+        (turn(live, 5, 13.4), live.snapshot(13.5))[1],  # one user's
+    ):
+        snap = dataclasses.replace(snap, events=())
+        assert through(snap) == snap
+    assert sizes[1] < sizes[0] / 5 and sizes[2] < sizes[1] + 1000
+    live.end_session(7)
+    live.start_session(7)  # the number again, no turns yet
+    snap = dataclasses.replace(live.snapshot(14.0), events=())
+    assert through(snap) == snap and snap.users[-1].recent == ()
 
 
 @pytest.mark.slow

@@ -23,7 +23,7 @@ from typing import IO, Any
 from stress.events import RunEvent
 from stress.live import Snapshot
 from stress.tui.sink import TuiSink
-from stress.tui_process import Frames
+from stress.tui_process import Frames, Ticks
 
 _IDLE_TICK_S = 3600.0
 """The app's own timer: it repaints when a snapshot arrives, not on a clock."""
@@ -38,6 +38,7 @@ class _View:
         self.size = size
         self.header: dict[str, Any] | None = None
         self.latest: Snapshot | None = None
+        self.ticks = Ticks()
         self.sink: TuiSink | None = None
         self.early: list[RunEvent | str] = []
         self.dropped = 0
@@ -54,7 +55,8 @@ class _View:
         if kind == "header":
             self.header = msg[1]
         elif kind == "tick":
-            _, self.latest, items, dropped = msg
+            _, snap, items, dropped, changed = msg
+            self.latest = self.ticks.decode(snap, changed)
             self.dropped += dropped  # shown by the feed, as its own skipped lines
             self._show(items)
             self.first.set()
