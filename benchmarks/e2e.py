@@ -19,7 +19,9 @@ turn by
   ``--tui-size``, so the live view really renders (the bytes it wrote are counted).
 
 Each process is pinned to ``--client-cpu`` (``taskset``); the targets run on
-``--server-cpu``; this script keeps off the client core. Its CPU (user + system, the
+``--server-cpu``; the live view's process (which inherits the run's pinning) is moved to
+``--view-cpu``, by default a core of its own where there is one, as the OS would place it
+in a user's run; this script keeps off the client core. Its CPU (user + system, the
 process and its children) and RSS are sampled from outside with psutil every 50 ms, the
 same way for every client, and so is the client core's busy time: what other processes
 took of that core is printed as ``others on its core`` (a shared machine shows there).
@@ -138,9 +140,14 @@ class Sampler:
     """CPU (user + system, the process and its children) and RSS of one process, every
     ``interval`` seconds, stamped with wall time, in a thread of this process."""
 
-    def __init__(self, pid: int, core: int | None, interval: float = 0.05) -> None:
+    def __init__(
+        self, pid: int, core: int | None, view_core: int | None = None, interval: float = 0.05
+    ) -> None:
         self.proc = psutil.Process(pid)
         self.core = core
+        self.view_core = view_core
+        """Where the live view's process is moved once found (it inherits the run's
+        pinning; a user's run has the OS put it on another core)."""
         self.interval = interval
         self.samples: list[tuple[float, float, float]] = []
         """(wall time, CPU seconds so far, RSS MiB): the process and its children but the
@@ -175,6 +182,8 @@ class Sampler:
                         with contextlib.suppress(psutil.Error):
                             if c.pid not in views and "stress.tui.child" in c.cmdline():
                                 views.add(c.pid)
+                                if self.view_core is not None:
+                                    c.cpu_affinity([self.view_core])
                     next_scan = now + 1.0
                 with self.proc.oneshot():
                     t = self.proc.cpu_times()
@@ -251,9 +260,16 @@ class Proc:
     output: bytes = b""
 
 
-def launch(cmd: list[str], cpu: int | None, tty: tuple[int, int] | None, timeout: float) -> Proc:
+def launch(
+    cmd: list[str],
+    cpu: int | None,
+    tty: tuple[int, int] | None,
+    timeout: float,
+    view_cpu: int | None = None,
+) -> Proc:
     """Run ``cmd`` (pinned to ``cpu``), sampled from outside; stdout kept (the last 64 KiB)
-    or, with ``tty`` (columns, rows), attached to a pseudo-terminal of that size."""
+    or, with ``tty`` (columns, rows), attached to a pseudo-terminal of that size; a live
+    view's process it starts is moved to ``view_cpu``."""
     if cpu is not None:
         cmd = ["taskset", "-c", str(cpu), *cmd]  # taskset execs: the pid stays the client's
     out = bytearray()
@@ -296,7 +312,7 @@ def launch(cmd: list[str], cpu: int | None, tty: tuple[int, int] | None, timeout
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
-    with Sampler(popen.pid, cpu) as sampler:
+    with Sampler(popen.pid, cpu, view_cpu) as sampler:
         deadline = time.monotonic() + timeout
         while True:
             pid, status, usage = os.wait4(popen.pid, os.WNOHANG)
@@ -495,7 +511,8 @@ def run_stress(
     if not tui:
         cmd.append("--no-tui")
     size = tuple(int(x) for x in args.tui_size.lower().split("x"))
-    proc = launch(cmd, args.client_cpu, (size[0], size[1]) if tui else None, duration + 300)
+    tty = (size[0], size[1]) if tui else None
+    proc = launch(cmd, args.client_cpu, tty, duration + 300, args.view_cpu)
     dirs = sorted(out.iterdir()) if out.exists() else []
     if not dirs or not (dirs[-1] / "requests.jsonl").exists():
         raise SystemExit(f"stress run failed ({proc.rc}):\n{proc.output.decode()[-3000:]}")
@@ -858,6 +875,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--client-cpu", type=int, default=0, help="-1: no pinning")
     ap.add_argument("--server-cpu", type=int, default=1, help="-1: no pinning")
+    ap.add_argument(
+        "--view-cpu",
+        type=int,
+        default=-2,
+        help="where the live view's process goes: -2 (default) a core neither the client's "
+        "nor the servers' if there is one (as the OS would place it), else it shares the "
+        "client's; -1 the client's pinning, inherited",
+    )
     ap.add_argument("--tui-size", default="160x50", help="COLUMNSxROWS of the pseudo-terminal")
     ap.add_argument("--keep", type=Path, help="copy every stress run directory here")
     args = ap.parse_args()
@@ -866,10 +891,17 @@ def main() -> None:
         args.client_cpu = args.server_cpu = -1
     args.client_cpu = None if args.client_cpu < 0 else args.client_cpu
     args.server_cpu = None if args.server_cpu < 0 else args.server_cpu
+    if args.view_cpu == -2:
+        free = sorted(os.sched_getaffinity(0) - {args.client_cpu, args.server_cpu})
+        args.view_cpu = free[0] if free and args.client_cpu is not None else None
+    elif args.view_cpu < 0:
+        args.view_cpu = None
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
     print(
-        f"# e2e: {machine()}; client cpu {args.client_cpu}, servers on cpu {args.server_cpu}; "
+        f"# e2e: {machine()}; client cpu {args.client_cpu}, servers on cpu {args.server_cpu}, "
+        f"the live view's process on cpu "
+        f"{args.client_cpu if args.view_cpu is None else args.view_cpu}; "
         f"Python {sys.version.split()[0]}; stress at {revision()}; "
         f"{time.strftime('%Y-%m-%d %H:%M')}\n"
         "# Wall rates (req/s) depend on what else the machine runs; CPU per chunk or request"
