@@ -3,9 +3,10 @@ process start (milliseconds on stderr).
 
 Runs the real CLI on the quick start against ``URL`` (e.g. ``paced_server.py``), with the
 steps between the imports and the run clock wrapped to print when each begins and ends:
-the model list, the tokenizer, the corpus, the server probe, the run directory and the
-recorder. A diagnostic, not a measurement of the whole start (``e2e.py --parts start``):
-the wrapping itself costs a few microseconds a step.
+the model list, the tokenizer, the corpus, the server probe, the run directory, the
+recorder, the manifest, the client, the first request's body, and the first chat
+request written to its connection. A diagnostic, not a measurement of the whole start
+(``e2e.py --parts start``): the wrapping itself costs a few microseconds a step.
 
     .venv/bin/python benchmarks/paced_server.py --port 8399 --log /tmp/paced.jsonl &
     taskset -c 0 .venv/bin/python benchmarks/start_timeline.py http://127.0.0.1:8399
@@ -62,10 +63,24 @@ def main() -> None:
     import stress.target as target
 
     lap("stress.run imported")
-    for name in ("get_tokenizer", "Corpus", "new_run_dir", "Recorder"):
+    import stress.engine as engine
+    import stress.http1 as http1
+
+    for name in ("get_tokenizer", "Corpus", "new_run_dir", "Recorder", "write_json", "ChatClient"):
         wrap(run, name)
+    wrap(engine, "build_body")
     wrap_async(run, "preflight")
     wrap_async(target, "list_models")
+    send = http1.Connection.send
+
+    def first_send(self: Any, head: bytes, *a: Any, **k: Any) -> Any:
+        if not sent and b"/chat/completions " in head[:200]:
+            sent.append(1)
+            lap("first chat request written")
+        return send(self, head, *a, **k)
+
+    sent: list[int] = []
+    http1.Connection.send = first_send  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory(prefix="stress-start-") as out:
         sys.argv = ["stress", "run", str(ROOT / "scenarios" / "quickstart.yaml")]
         sys.argv += ["--target", url, "--no-tui", "--out", out, "--duration", "2s"]
