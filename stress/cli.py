@@ -23,6 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from stress import __version__
+
+# pydantic looks for third-party plugins when it builds the scenario's models: one read of
+# every installed package's entry points (14 ms with the 225 packages of a PyTorch venv on
+# the H200 host, on the way to the first request: issue 15). stress's models want no
+# plugin; a user who sets the variable keeps their choice.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
 from stress.analysis.limits import EXIT_VERDICT_FAIL, FAIL_ON, exit_code
 from stress.durations import parse_duration
 from stress.errors import RunDirError, ScenarioError, StressError

@@ -7,11 +7,16 @@ streams). Checked in a fresh interpreter, since this test process may have them 
 
 from __future__ import annotations
 
+import functools
+import os
 import subprocess
 import sys
 import tracemalloc
+from pathlib import Path
 
 import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
 
 END_OF_RUN = (
     "aiohttp",  # never in the run's process: the probe and scrapes go through stress.fetch
@@ -91,3 +96,29 @@ def test_gpu_discovery_runs_in_a_child_process() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert out.split() == ["True", "False"], out
+
+
+def test_the_scenario_loads_without_scanning_every_package_for_pydantic_plugins() -> None:
+    """pydantic reads every installed package's entry points for plugins when it builds a
+    model (14 ms in a PyTorch venv, on the way to the first request); `stress` turns that
+    off unless the user set ``PYDANTIC_DISABLE_PLUGINS`` themselves."""
+    code = (
+        "import importlib.metadata as md, sys\n"
+        "calls = []\n"
+        "scan = md.entry_points\n"
+        "md.entry_points = lambda *a, **k: calls.append(k) or scan(*a, **k)\n"
+        "from stress.cli import main\n"
+        "try:\n"
+        "    main(['validate', 'scenarios/quickstart.yaml'])\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "print(calls)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    run = functools.partial(
+        subprocess.run, capture_output=True, text=True, check=True, timeout=60, cwd=ROOT
+    )
+    assert run([sys.executable, "-c", code], env=env).stdout.splitlines()[-1] == "[]"
+    # the user's own setting is kept: plugins on, pydantic scans for them
+    on = run([sys.executable, "-c", code], env=env | {"PYDANTIC_DISABLE_PLUGINS": ""})
+    assert "'group': 'pydantic'" in on.stdout.splitlines()[-1]
