@@ -15,6 +15,7 @@ import orjson
 import psutil
 import pytest
 
+from stress.live import RECENT_TURNS
 from stress.tui_process import EXIT_TIMEOUT_S, READY_TIMEOUT_S
 from tests.terminal import Terminal
 
@@ -147,3 +148,57 @@ def test_a_scenario_that_does_not_load_leaves_the_terminal_untouched(tmp_path: P
     assert "users.count" in term.text() and "-- fix:" in term.text()
     assert b"\x1b[?1049h" not in term.raw()  # never took the screen
     assert "Traceback" not in term.text()
+
+
+def detail_rounds(screen: str, user: int) -> list[int]:
+    """The rounds in the open detail panel of ``user`` (the newest first), as drawn."""
+    lines = screen.splitlines()
+    title = [i for i, line in enumerate(lines) if f"user {user}: recent turns" in line]
+    if not title:
+        return []
+    rounds = []
+    for line in lines[title[0] + 1 :]:
+        cells = line.strip(" │┃|").split()
+        if cells and cells[0] == "round":
+            continue
+        if len(cells) >= 3 and cells[0].isdigit() and cells[2] in ("ok", "truncated", "empty"):
+            rounds.append(int(cells[0]))
+        elif rounds:
+            break
+    return rounds
+
+
+def user_rounds(out: Path, user: int) -> set[int]:
+    d = run_dir(out)
+    assert d is not None
+    lines = (d / "requests.jsonl").read_bytes().splitlines()
+    recs = [orjson.loads(line) for line in lines if line.strip()]
+    return {r["round"] for r in recs if r["user"] == user}
+
+
+def test_a_users_recent_turns_reach_the_view_and_follow_the_run(tmp_path: Path) -> None:
+    """The detail panel shows the user's turns as recorded: they travel to the view's
+    process only when a turn ends (``Ticks``), so a newer turn must still appear."""
+    term, out, _ = start(tmp_path)
+    try:
+        term.send(b"\r")  # the first user's detail
+        term.wait_for(lambda: detail_rounds(term.screen(), 0), END_S, "user 0's turns")
+        first = detail_rounds(term.screen(), 0)
+        assert first == sorted(first, reverse=True)
+        term.wait_for(
+            lambda: max(detail_rounds(term.screen(), 0) or [0]) > max(first),
+            END_S,
+            "a newer turn of user 0 in the open panel",
+        )
+        later = detail_rounds(term.screen(), 0)
+        term.send(b"\x1b")  # alone: an escape followed at once by a key reads as alt+key
+        term.wait_for(lambda: "recent turns" not in term.screen(), END_S, "the panel closed")
+        term.send(b"q")
+        assert term.wait(END_S) == 0
+    finally:
+        term.close()
+    # the files are written in batches: once the run ended, every turn shown is in them
+    assert set(first) | set(later) <= user_rounds(out, 0)
+    # the newest first, none missing between (as many as the panel's height shows)
+    assert later == list(range(later[0], later[0] - len(later), -1))
+    assert len(later) <= RECENT_TURNS
