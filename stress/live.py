@@ -25,6 +25,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Any
 
 from stress.analysis import figures
@@ -359,11 +360,14 @@ class Live:
         u.recent = (*u.recent[max(0, len(u.recent) + 1 - RECENT_TURNS) :], turn)
         sec = int(t_end)
         window = self._window
-        if window and window[-1][0] == sec:
-            w = window[-1]
-            w[1] += rec.completion_tokens
-            w[2] += prompt
-            w[3] += rec.cached_tokens or 0
+        # the workers' records (--workers) come a little out of order: the second is
+        # looked for among the last few, so a boundary crossed twice stays one bucket
+        for w in islice(reversed(window), 4):
+            if w[0] == sec:
+                w[1] += rec.completion_tokens
+                w[2] += prompt
+                w[3] += rec.cached_tokens or 0
+                break
         else:
             window.append([sec, rec.completion_tokens, prompt, rec.cached_tokens or 0])
         bucket = int(t_end // self.BUCKET_S)

@@ -214,6 +214,19 @@ def test_the_recent_window_counts_every_request_however_many_end() -> None:
     assert early.snapshot(0.95).out_tok_s_recent == 10 * 200 * 10 / 0.95
 
 
+def test_records_a_little_out_of_order_keep_the_window_whole() -> None:
+    """Workers' records cross each second's boundary back and forth: a minute of them
+    is still a minute in the window, counted once."""
+    live = Live(8)
+    ends = [s + f for s in range(100) for f in (0.95, 0.05, 0.99, 0.01, 0.5)]
+    ends = [t + (0.1 if i % 2 else -0.1) for i, t in enumerate(ends)]  # jittered across
+    for i, t in enumerate(ends):
+        finished(live, i % 8, t, completion=1, prompt=10, cached=0)
+    snap = live.snapshot(100.0)
+    in_window = sum(1 for t in ends if t >= 40)  # the whole seconds 40..99
+    assert snap.out_tok_s_recent == in_window / 60.0
+
+
 def test_a_users_recent_turns_are_shared_by_snapshots_until_a_turn_ends() -> None:
     live = Live(1)
     for i in range(12):
