@@ -262,7 +262,7 @@ class Live:
         of the requests that ended in it. A snapshot sums ~60 of these, however many
         requests ended (a list of every request held only the last 4,096, which at 2,000
         streams was a few seconds of the window, divided by all 60)."""
-        self._buckets: deque[tuple[int, int]] = deque(maxlen=self.HISTORY)
+        self._buckets: deque[list[int]] = deque(maxlen=self.HISTORY)
         self.events: deque[RunEvent] = deque(maxlen=200)
         self.collectors: dict[str, Any] = {}
         self.workers: dict[int, dict[str, Any]] = {}
@@ -371,10 +371,12 @@ class Live:
         else:
             window.append([sec, rec.completion_tokens, prompt, rec.cached_tokens or 0])
         bucket = int(t_end // self.BUCKET_S)
-        if self._buckets and self._buckets[-1][0] == bucket:
-            self._buckets[-1] = (bucket, self._buckets[-1][1] + rec.completion_tokens)
+        for b in islice(reversed(self._buckets), 4):  # out of order a little: as above
+            if b[0] == bucket:
+                b[1] += rec.completion_tokens
+                break
         else:
-            self._buckets.append((bucket, rec.completion_tokens))
+            self._buckets.append([bucket, rec.completion_tokens])
 
     def on_event(self, ev: RunEvent) -> None:
         if ev.kind in QUIET_EVENT_KINDS:
@@ -403,8 +405,10 @@ class Live:
             arrival_rate = sim_rate(60.0 * recent / span, scale)
         history: list[float] = []
         if self._buckets:
-            first, last = self._buckets[0][0], int(t // self.BUCKET_S)
-            by_bucket = dict(self._buckets)
+            first, last = min(b[0] for b in self._buckets), int(t // self.BUCKET_S)
+            by_bucket: dict[int, int] = {}
+            for b, n in self._buckets:
+                by_bucket[b] = by_bucket.get(b, 0) + n
             history = [
                 sim_rate(by_bucket.get(b, 0) / self.BUCKET_S, scale) for b in range(first, last + 1)
             ]

@@ -216,7 +216,7 @@ def test_the_recent_window_counts_every_request_however_many_end() -> None:
 
 def test_records_a_little_out_of_order_keep_the_window_whole() -> None:
     """Workers' records cross each second's boundary back and forth: a minute of them
-    is still a minute in the window, counted once."""
+    is still a minute in the window, and the sparkline's history, counted once."""
     live = Live(8)
     ends = [s + f for s in range(100) for f in (0.95, 0.05, 0.99, 0.01, 0.5)]
     ends = [t + (0.1 if i % 2 else -0.1) for i, t in enumerate(ends)]  # jittered across
@@ -225,6 +225,8 @@ def test_records_a_little_out_of_order_keep_the_window_whole() -> None:
     snap = live.snapshot(100.0)
     in_window = sum(1 for t in ends if t >= 40)  # the whole seconds 40..99
     assert snap.out_tok_s_recent == in_window / 60.0
+    # and the sparkline's 5 s buckets hold every token once
+    assert round(sum(snap.out_tok_s_history) * Live.BUCKET_S) == len(ends)
 
 
 def test_a_users_recent_turns_are_shared_by_snapshots_until_a_turn_ends() -> None:
