@@ -516,6 +516,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "corpora")
     args = ap.parse_args()
     build(args.debdir, args.out)
+    print("now write their token ids: python scripts/corpus_token_ids.py")
 
 
 if __name__ == "__main__":

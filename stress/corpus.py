@@ -1,7 +1,8 @@
 """Documents that simulated users paste, cut to a token budget.
 
 A corpus is any folder of ``.txt`` / ``.md`` files (searched recursively) or a single file.
-Documents are split into paragraphs and each paragraph is tokenized once at load, so an
+Documents are split into paragraphs and each paragraph is tokenized once at load (or its
+ids read from the corpus's ``TOKEN_IDS`` file, which the bundled corpora ship), so an
 excerpt of N tokens costs a few list operations, not a re-tokenization of the document.
 Excerpts start at a paragraph boundary and run on into the next document when one is too
 short, so a "paste" reads like a real chunk of a real document.
@@ -9,10 +10,13 @@ short, so a "paste" reads like a real chunk of a real document.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import re
 import stat
+import struct
+import sys
 from array import array
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -211,6 +215,81 @@ def _decodes(tok: Tokenizer) -> bool:
         return False
 
 
+TOKEN_IDS = "token-ids.{name}.bin"
+"""A corpus folder's token ids for one tokenizer (``write_token_ids``): the bundled corpora
+ship theirs, so the quick start's first request does not wait for its corpus to be
+encoded (~37 ms on 2 cores, twice that on a slow host)."""
+_IDS_MAGIC = b"stress-token-ids-1\n"
+
+
+def _token_ids_file(root: Path, tok: Tokenizer) -> Path:
+    return root / TOKEN_IDS.format(name=re.sub(r"[^A-Za-z0-9_.-]+", "-", tok.name))
+
+
+def _paragraphs_digest(tok: Tokenizer, paragraphs: list[str]) -> bytes:
+    """What the ids were made from: the tokenizer and every paragraph, in order."""
+    h = hashlib.sha256(tok.name.encode())
+    for p in paragraphs:
+        h.update(b"\0")
+        h.update(p.encode("utf-8", "surrogatepass"))
+    return h.digest()
+
+
+def read_token_ids(root: Path, tok: Tokenizer, paragraphs: list[str]) -> list[array[int]] | None:
+    """The paragraphs' token ids from ``root``'s ids file, or None where there is none or
+    it was made from other text or another tokenizer (then the corpus is encoded)."""
+    path = _token_ids_file(root, tok)
+    try:
+        data = path.read_bytes() if root.is_dir() else b""
+    except OSError:
+        return None
+    head = len(_IDS_MAGIC) + 32 + 4
+    if len(data) < head or not data.startswith(_IDS_MAGIC):
+        return None
+    if data[len(_IDS_MAGIC) : head - 4] != _paragraphs_digest(tok, paragraphs):
+        return None
+    (n,) = struct.unpack_from("<I", data, head - 4)
+    if n != len(paragraphs) or (len(data) - head) % 4:
+        return None
+    words = array("I")
+    words.frombytes(data[head:])
+    if sys.byteorder != "little":
+        words.byteswap()
+    counts, ids = words[:n], words[n:]
+    if sum(counts) != len(ids):
+        return None
+    out, at = [], 0
+    for c in counts:
+        out.append(ids[at : at + c])
+        at += c
+    return out
+
+
+def write_token_ids(root: Path, tokenizer: Tokenizer | None = None) -> Path:
+    """Write ``root``'s token ids file (for the bundled corpora, before a release:
+    ``scripts/corpus_token_ids.py``); a test holds the shipped ones current."""
+    corpus = Corpus(root, tokenizer)
+    every = [p for d in corpus.docs for p in d.paragraphs]
+    ids = [i for d in corpus.docs for i in d.ids]
+    if any(i is None for i in ids):
+        raise ValueError(f"tokenizer {corpus.tok.name} has no token ids")
+    counts = array("I", (len(i) for i in ids if i is not None))
+    words = array("I", counts)
+    for i in ids:
+        assert i is not None
+        words.extend(i)
+    if sys.byteorder != "little":
+        words.byteswap()
+    path = _token_ids_file(root, corpus.tok)
+    path.write_bytes(
+        _IDS_MAGIC
+        + _paragraphs_digest(corpus.tok, every)
+        + struct.pack("<I", len(counts))
+        + words.tobytes()
+    )
+    return path
+
+
 @dataclass(frozen=True, slots=True)
 class Excerpt:
     text: str
@@ -246,10 +325,14 @@ class Corpus:
             paras = [p for p in paras if p]
             if paras:
                 self.docs.append(_Doc(path.name, paras, []))
+        # the token ids of a bundled corpus come with it (``write_token_ids``); else
         # tiktoken lets go of the GIL while it encodes: the paragraphs of all documents
         # are encoded on several cores, as the load is on the way to the first request
         every = [p for d in self.docs for p in d.paragraphs]
-        ids = iter(_in_threads(self._ids, every))
+        cached = read_token_ids(root, self.tok, every) if self._has_ids else None
+        self.ids_cached = cached is not None
+        """The ids were read from the corpus's ``TOKEN_IDS`` file, not encoded."""
+        ids = iter(cached if cached is not None else _in_threads(self._ids, every))
         for d in self.docs:
             d.ids = [next(ids) for _ in d.paragraphs]
             d.counts = [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stress.corpus import Corpus, check_corpus, corpus_files
+from stress.corpus import TOKEN_IDS, Corpus, check_corpus, corpus_files
 from stress.errors import CorpusError
 from stress.tokens import EstimateTokenizer, count_tokens
 
@@ -35,6 +35,7 @@ def test_the_corpus_encoded_on_several_threads_is_the_one_encoded_in_order() -> 
     import stress.corpus as corpus_mod
 
     threaded = Corpus(CORPORA)
+    assert not threaded.ids_cached  # every language together: no ids file, encoded here
     assert corpus_mod._in_threads(len, ["a" * i for i in range(200)]) == list(range(200))
     tok = threaded.tok
     every = [
@@ -45,6 +46,46 @@ def test_the_corpus_encoded_on_several_threads_is_the_one_encoded_in_order() -> 
     assert [sum(d.counts) for d in threaded.docs] == [
         sum(len(tok.encode(p)) for p in d.paragraphs) for d in threaded.docs
     ]
+
+
+@pytest.mark.parametrize("lang", ["en", "es", "zh", "pl"])
+def test_a_bundled_corpus_ships_its_token_ids_and_they_are_current(
+    lang: str, tmp_path: Path
+) -> None:
+    """Read, not encoded, on the way to the first request; the same ids as encoding the
+    documents (a document changed without ``scripts/corpus_token_ids.py`` fails here)."""
+    shipped = Corpus(CORPORA / lang)
+    assert shipped.ids_cached, f"run scripts/corpus_token_ids.py: corpora/{lang}'s ids are stale"
+    for f in corpus_files(CORPORA / lang):
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    encoded = Corpus(tmp_path)  # the same documents, no ids file
+    assert not encoded.ids_cached
+    assert [d.name for d in shipped.docs] == [d.name for d in encoded.docs]
+    for a, b in zip(shipped.docs, encoded.docs, strict=True):
+        assert a.paragraphs == b.paragraphs and a.counts == b.counts
+        assert [list(i or []) for i in a.ids] == [list(i or []) for i in b.ids]
+
+
+def test_an_ids_file_that_does_not_match_its_documents_is_not_used(tmp_path: Path) -> None:
+    ids_file = TOKEN_IDS.format(name="tiktoken-cl100k_base")
+    src = CORPORA / "en"
+    for f in [*corpus_files(src), src / ids_file]:
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    assert Corpus(tmp_path).ids_cached
+    doc = corpus_files(tmp_path)[0]
+    doc.write_text(doc.read_text(encoding="utf-8").replace("the", "a", 1), encoding="utf-8")
+    edited = Corpus(tmp_path)
+    assert not edited.ids_cached  # encoded again: the file was made from other text
+    tok = edited.tok
+    assert all(
+        list(i or []) == tok.encode(p)
+        for d in edited.docs
+        for p, i in zip(d.paragraphs, d.ids, strict=True)
+    )
+    data = (tmp_path / ids_file).read_bytes()
+    for damaged in (data[:100], data[:-2], b"not an ids file"):
+        (tmp_path / ids_file).write_bytes(damaged)
+        assert not Corpus(tmp_path).ids_cached
 
 
 @pytest.mark.parametrize("lang", ["en", "es", "zh", "pl"])

@@ -108,6 +108,9 @@ def test_the_installed_wheel_runs_its_own_soak_from_an_empty_directory(tmp_path:
     ).stdout.split()
     assert where == [str(site / "stress/data/scenarios"), str(site / "stress/data/corpora")]
     assert str(SCENARIOS) not in where  # not the repository's
+    # the installed corpora's token ids are read, not encoded, on the way to a first request
+    cached = "from stress.corpus import BUNDLED, Corpus; print(Corpus(BUNDLED / 'en').ids_cached)"
+    assert _sh([str(python), "-c", cached], COMMAND_S, cwd=work, env=env).stdout.strip() == "True"
 
     listed = _sh([stress, "scenarios"], COMMAND_S, cwd=work, env=env).stdout
     assert all(name in listed for name in scenario_names()) and str(site) in listed
