@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 import pytest
 
@@ -16,7 +17,7 @@ from stress.events import RunEvent
 from stress.live import Live, Snapshot
 from stress.record import RequestRecord
 from stress.tui.feed import PENDING as FEED_PENDING
-from stress.tui_process import PENDING, Frames, Ticks, TuiProcess, frame
+from stress.tui_process import PENDING, TICK_BUDGET, Frames, Ticks, TuiProcess, frame
 from tests.tui.data import HEADER, snapshot
 
 
@@ -123,3 +124,31 @@ async def test_lines_past_the_bound_are_counted_and_shown_as_skipped(
     first_shown = total - FEED_PENDING
     assert f"line {first_shown - 1}\n" not in out and f"line {first_shown}\n" in out
     assert f"line {total - 1}\n" in out
+
+
+@pytest.mark.slow
+async def test_a_tick_that_takes_long_spaces_the_next_ones_out() -> None:
+    """A snapshot that holds the run's loop 20 ms (thousands of users) is sent at most once
+    a second (``TICK_BUDGET``: 2 % of the loop), not 20 times a second as asked."""
+    snap = snapshot(1)
+
+    def slow() -> Snapshot:
+        time.sleep(0.02)
+        return snap
+
+    view = TuiProcess(HEADER, slow, lambda: None, lambda: None, tick_s=0.05)
+    stop = asyncio.Event()
+    task = asyncio.create_task(view.run(stop))
+    for _ in range(1200):  # up to 60 s: the child's imports, on a busy machine
+        if view.ready:
+            break
+        await asyncio.sleep(0.05)
+    assert view.ready
+    assert view.interval >= 0.02 / TICK_BUDGET
+    sent, t0 = view.sent, time.monotonic()
+    await asyncio.sleep(3.0)
+    ticks = view.sent - sent
+    elapsed = time.monotonic() - t0
+    stop.set()
+    await asyncio.wait_for(task, 30)
+    assert 1 <= ticks <= elapsed / (0.02 / TICK_BUDGET) + 1  # 0.05 s apart would be ~60
