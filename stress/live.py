@@ -402,15 +402,16 @@ class Live:
         arrival_rate = None
         if self.open_loop:
             recent = sum(1 for a in self._arrival_times if a >= cutoff)
-            arrival_rate = sim_rate(60.0 * recent / span, scale)
+            arrival_rate = sim_rate(60.0 * recent / (min(self.WINDOW_S, t) or 1.0), scale)
         history: list[float] = []
         if self._buckets:
-            first, last = min(b[0] for b in self._buckets), int(t // self.BUCKET_S)
+            oldest, last = min(b[0] for b in self._buckets), int(t // self.BUCKET_S)
             by_bucket: dict[int, int] = {}
             for b, n in self._buckets:
                 by_bucket[b] = by_bucket.get(b, 0) + n
             history = [
-                sim_rate(by_bucket.get(b, 0) / self.BUCKET_S, scale) for b in range(first, last + 1)
+                sim_rate(by_bucket.get(b, 0) / self.BUCKET_S, scale)
+                for b in range(oldest, last + 1)
             ]
         collectors = {k: dict(v) for k, v in self.collectors.items()}
         if scale != 1.0 and collectors.get("server"):
