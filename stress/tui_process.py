@@ -73,44 +73,47 @@ def frame(obj: object, *, rows_without_recent: bool = False) -> bytes:
     users' rows go without their recent turns (a tick sends those apart: ``Ticks``)."""
     buf = io.BytesIO()
     buf.write(b"\0" * FRAME.size)
-    (_TickPickler if rows_without_recent else _Pickler)(buf, protocol=5).dump(obj)
+    pickler = pickle.Pickler(buf, protocol=5)
+    pickler.dispatch_table = _TICK_REDUCERS if rows_without_recent else _REDUCERS
+    pickler.dump(obj)
     data = buf.getbuffer()
     FRAME.pack_into(data, 0, len(data) - FRAME.size)
     return data.tobytes()
 
 
-class _Pickler(pickle.Pickler):
-    """Pickles a dataclass as its constructor and its field values. The default for a
-    slotted dataclass is Python code that lists the fields for every instance: a snapshot
-    of 64 users (each row with its recent turns) took ~1 ms, on the run's loop."""
+class _Reducers(dict[type, Callable[[Any], Any]]):
+    """The pickler's ``dispatch_table``: a dataclass is pickled as its constructor and its
+    field values. The default for a slotted dataclass is Python code that lists the fields
+    for every instance (a snapshot of 64 users took ~1 ms, on the run's loop); a
+    ``reducer_override`` was a Python call for every tuple, list and dict as well. Here the
+    pickler looks a type up in C and calls Python only for the dataclasses; a type is
+    looked at the first time it is seen."""
 
-    def reducer_override(self, obj: Any) -> Any:
-        cls = obj.__class__
-        try:
-            values = _VALUES[cls]
-        except KeyError:
-            values = _VALUES[cls] = _field_values(cls)
+    def __missing__(self, cls: type) -> Callable[[Any], Any]:
+        values = _field_values(cls)
         if values is None:
-            return NotImplemented
-        return cls, values(obj)
+            raise KeyError(cls)  # the pickler's own way (copyreg, __reduce_ex__)
+        fn = self[cls] = _reducer(cls, values)
+        return fn
 
 
-_VALUES: dict[type, Callable[[Any], tuple[Any, ...]] | None] = {}
-
-
-class _TickPickler(_Pickler):
-    """A user's row without its recent turns (``()`` in their place)."""
-
-    def reducer_override(self, obj: Any) -> Any:
-        if obj.__class__ is UserRow:
-            values = _ROW_VALUES(obj)
-            return UserRow, (*values[:_RECENT], (), *values[_RECENT + 1 :])
-        return super().reducer_override(obj)
+def _reducer(cls: type, values: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], Any]:
+    return lambda obj: (cls, values(obj))
 
 
 _ROW_FIELDS = [f.name for f in dataclasses.fields(UserRow)]
 _ROW_VALUES = operator.attrgetter(*_ROW_FIELDS)
 _RECENT = _ROW_FIELDS.index("recent")
+
+
+def _row_without_recent(row: UserRow) -> Any:
+    """A user's row without its recent turns (``()`` in their place)."""
+    values = _ROW_VALUES(row)
+    return UserRow, (*values[:_RECENT], (), *values[_RECENT + 1 :])
+
+
+_REDUCERS = _Reducers()
+_TICK_REDUCERS = _Reducers({UserRow: _row_without_recent})
 
 
 class Ticks:
