@@ -900,9 +900,9 @@ def main() -> None:
         args.keep.mkdir(parents=True, exist_ok=True)
     print(
         f"# e2e: {machine()}; client cpu {args.client_cpu}, servers on cpu {args.server_cpu}, "
-        f"the live view's process on cpu "
-        f"{args.client_cpu if args.view_cpu is None else args.view_cpu}; "
-        f"Python {sys.version.split()[0]}; stress at {revision()}; "
+        f"the live view's process "
+        + (f"on cpu {args.view_cpu}; " if args.view_cpu is not None else "with the client; ")
+        + f"Python {sys.version.split()[0]}; stress at {revision()}; "
         f"{time.strftime('%Y-%m-%d %H:%M')}\n"
         "# Wall rates (req/s) depend on what else the machine runs; CPU per chunk or request"
         " is the steadier figure. A busy or shared machine: read the spread.",

@@ -227,6 +227,18 @@ class Snapshot:
         return f"simulated time x{self.time_scale:g}" if self.time_scale != 1.0 else ""
 
 
+def _add(buckets: deque[list[int]], key: int, values: tuple[int, ...]) -> None:
+    """Add ``values`` to the bucket ``key`` ([key, *sums]), else start one. The workers'
+    records (``--workers``) come a little out of order, so the bucket is looked for among
+    the last few: a boundary crossed back and forth stays one bucket."""
+    for bucket in islice(reversed(buckets), 4):
+        if bucket[0] == key:
+            for i, v in enumerate(values, 1):
+                bucket[i] += v
+            return
+    buckets.append([key, *values])
+
+
 class Live:
     WINDOW_S = 60.0
     BUCKET_S = 5.0
@@ -358,25 +370,9 @@ class Live:
             rec.request_id,
         )
         u.recent = (*u.recent[max(0, len(u.recent) + 1 - RECENT_TURNS) :], turn)
-        sec = int(t_end)
-        window = self._window
-        # the workers' records (--workers) come a little out of order: the second is
-        # looked for among the last few, so a boundary crossed twice stays one bucket
-        for w in islice(reversed(window), 4):
-            if w[0] == sec:
-                w[1] += rec.completion_tokens
-                w[2] += prompt
-                w[3] += rec.cached_tokens or 0
-                break
-        else:
-            window.append([sec, rec.completion_tokens, prompt, rec.cached_tokens or 0])
-        bucket = int(t_end // self.BUCKET_S)
-        for b in islice(reversed(self._buckets), 4):  # out of order a little: as above
-            if b[0] == bucket:
-                b[1] += rec.completion_tokens
-                break
-        else:
-            self._buckets.append([bucket, rec.completion_tokens])
+        cached = rec.cached_tokens or 0
+        _add(self._window, int(t_end), (rec.completion_tokens, prompt, cached))
+        _add(self._buckets, int(t_end // self.BUCKET_S), (rec.completion_tokens,))
 
     def on_event(self, ev: RunEvent) -> None:
         if ev.kind in QUIET_EVENT_KINDS:
