@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from stress.bundled import CORPORA
 from stress.errors import CorpusError
@@ -218,8 +218,18 @@ def _decodes(tok: Tokenizer) -> bool:
 TOKEN_IDS = "token-ids.{name}.bin"
 """A corpus folder's token ids for one tokenizer (``write_token_ids``): the bundled corpora
 ship theirs, so the quick start's first request does not wait for its corpus to be
-encoded (~37 ms on 2 cores, twice that on a slow host)."""
-_IDS_MAGIC = b"stress-token-ids-1\n"
+encoded (~37 ms on 2 cores, twice that on a slow host), nor a request for the tokens a
+paragraph's join adds (``Corpus._join_tokens``: ~20 us a request in a short run, where
+each paragraph is met for the first time)."""
+_IDS_MAGIC = b"stress-token-ids-2\n"
+"""Then the SHA-256 of the tokenizer's name and the paragraphs, the paragraph count ``n``
+(u32), each paragraph's token count (``n`` u32), the tokens its join adds (``n`` i32), and
+the ids (u32), all little-endian."""
+
+
+class TokenIds(NamedTuple):
+    ids: list[array[int]]
+    joins: list[int]
 
 
 def _token_ids_file(root: Path, tok: Tokenizer) -> Path:
@@ -235,9 +245,9 @@ def _paragraphs_digest(tok: Tokenizer, paragraphs: list[str]) -> bytes:
     return h.digest()
 
 
-def read_token_ids(root: Path, tok: Tokenizer, paragraphs: list[str]) -> list[array[int]] | None:
-    """The paragraphs' token ids from ``root``'s ids file, or None where there is none or
-    it was made from other text or another tokenizer (then the corpus is encoded)."""
+def read_token_ids(root: Path, tok: Tokenizer, paragraphs: list[str]) -> TokenIds | None:
+    """The paragraphs' token ids and joins from ``root``'s ids file, or None where there is
+    none or it was made from other text or another tokenizer (then the corpus is encoded)."""
     path = _token_ids_file(root, tok)
     try:
         data = path.read_bytes() if root.is_dir() else b""
@@ -249,20 +259,22 @@ def read_token_ids(root: Path, tok: Tokenizer, paragraphs: list[str]) -> list[ar
     if data[len(_IDS_MAGIC) : head - 4] != _paragraphs_digest(tok, paragraphs):
         return None
     (n,) = struct.unpack_from("<I", data, head - 4)
-    if n != len(paragraphs) or (len(data) - head) % 4:
+    if n != len(paragraphs) or (len(data) - head) % 4 or len(data) - head < 8 * n:
         return None
-    words = array("I")
-    words.frombytes(data[head:])
+    counts, joins, ids = array("I"), array("i"), array("I")
+    counts.frombytes(data[head : head + 4 * n])
+    joins.frombytes(data[head + 4 * n : head + 8 * n])
+    ids.frombytes(data[head + 8 * n :])
     if sys.byteorder != "little":
-        words.byteswap()
-    counts, ids = words[:n], words[n:]
+        for a in (counts, joins, ids):
+            a.byteswap()
     if sum(counts) != len(ids):
         return None
     out, at = [], 0
     for c in counts:
         out.append(ids[at : at + c])
         at += c
-    return out
+    return TokenIds(out, joins.tolist())
 
 
 def write_token_ids(root: Path, tokenizer: Tokenizer | None = None) -> Path:
@@ -274,17 +286,23 @@ def write_token_ids(root: Path, tokenizer: Tokenizer | None = None) -> Path:
     if any(i is None for i in ids):
         raise ValueError(f"tokenizer {corpus.tok.name} has no token ids")
     counts = array("I", (len(i) for i in ids if i is not None))
-    words = array("I", counts)
+    joins = array(
+        "i", (corpus._join_tokens(d, i) for d in corpus.docs for i in range(len(d.paragraphs)))
+    )
+    words = array("I")
     for i in ids:
         assert i is not None
         words.extend(i)
     if sys.byteorder != "little":
-        words.byteswap()
+        for a in (counts, joins, words):
+            a.byteswap()
     path = _token_ids_file(root, corpus.tok)
     path.write_bytes(
         _IDS_MAGIC
         + _paragraphs_digest(corpus.tok, every)
         + struct.pack("<I", len(counts))
+        + counts.tobytes()
+        + joins.tobytes()
         + words.tobytes()
     )
     return path
@@ -304,8 +322,8 @@ class _Doc:
     counts: list[int]
     ids: list[array[int] | None] = field(default_factory=list)
     """Each paragraph's token ids (None with the estimate tokenizer)."""
-    joins: list[int] = field(default_factory=list)
-    """Tokens the join after each paragraph adds (-1: not measured yet; ``_join_tokens``)."""
+    joins: list[int | None] = field(default_factory=list)
+    """Tokens the join after each paragraph adds (None: not measured yet; ``_join_tokens``)."""
     ends: list[array[int] | None] = field(default_factory=list)
     """Per paragraph, the UTF-8 byte offset where each of its tokens ends (None: not
     needed yet; ``_cut_paragraph``)."""
@@ -332,9 +350,12 @@ class Corpus:
         cached = read_token_ids(root, self.tok, every) if self._has_ids else None
         self.ids_cached = cached is not None
         """The ids were read from the corpus's ``TOKEN_IDS`` file, not encoded."""
-        ids = iter(cached if cached is not None else _in_threads(self._ids, every))
+        ids = iter(cached.ids if cached is not None else _in_threads(self._ids, every))
+        joins = iter(cached.joins) if cached is not None else None
         for d in self.docs:
             d.ids = [next(ids) for _ in d.paragraphs]
+            if joins is not None:
+                d.joins = [next(joins) for _ in d.paragraphs]
             d.counts = [
                 self.tok.count(p) if i is None else len(i)
                 for p, i in zip(d.paragraphs, d.ids, strict=True)
@@ -426,12 +447,13 @@ class Corpus:
         return Excerpt(text=text, tokens=n, source="+".join(dict.fromkeys(sources)))
 
     def _join_tokens(self, doc: _Doc, i: int) -> int:
-        """Tokens that ``"\n\n"`` adds after paragraph ``i`` (1, or 0 where it merges
-        with the paragraph's closing punctuation), measured once per paragraph."""
+        """Tokens that ``"\n\n"`` adds after paragraph ``i`` (1; 0 where it merges with
+        the paragraph's closing punctuation; -1 where the merged piece encodes shorter),
+        measured once per paragraph (a bundled corpus ships them)."""
         if not doc.joins:
-            doc.joins = [-1] * len(doc.paragraphs)
+            doc.joins = [None] * len(doc.paragraphs)
         n = doc.joins[i]
-        if n < 0:
+        if n is None:
             n = doc.joins[i] = self.tok.count(doc.paragraphs[i] + "\n\n") - doc.counts[i]
         return n
 

@@ -64,6 +64,9 @@ def test_a_bundled_corpus_ships_its_token_ids_and_they_are_current(
     for a, b in zip(shipped.docs, encoded.docs, strict=True):
         assert a.paragraphs == b.paragraphs and a.counts == b.counts
         assert [list(i or []) for i in a.ids] == [list(i or []) for i in b.ids]
+        # the joins come with the ids, measured: none is left for a request to measure
+        assert len(a.joins) == len(a.paragraphs) and None not in a.joins
+        assert a.joins == [encoded._join_tokens(b, i) for i in range(len(b.paragraphs))]
 
 
 def test_an_ids_file_that_does_not_match_its_documents_is_not_used(tmp_path: Path) -> None:
