@@ -150,6 +150,9 @@ class ChatClient:
         self.clock = Clock(clock_t0, time.perf_counter())
         """The run clock's origin (record times are relative to it) and the last byte any
         stream received (for the hang watch)."""
+        self.first_written = asyncio.Event()
+        """Set once a request has been written to its connection (the GPU telemetry opens
+        after it, so its start-up does not delay the first request)."""
 
     @property
     def t0(self) -> float:
@@ -231,6 +234,8 @@ class ChatClient:
         try:
             conn = await self.pool.acquire(fresh=not may_retry)
             conn.send(head, body, reader)
+            if not self.first_written.is_set():
+                self.first_written.set()
             await reader.done
         except ConnectError as e:
             fail(rec, "connect", str(e))

@@ -125,9 +125,34 @@ def versions() -> dict[str, str]:
     return {k: out[k] for k in ("stress", "python", *PACKAGES) if k in out}
 
 
+def platform_text() -> str:
+    """``platform.platform()``'s text for the manifest (``Linux-6.8.0-x86_64-with-glibc2.39``)
+    without its ``libc_ver()``, which reads the whole Python binary looking for the glibc
+    version (5-7 ms on a 2-core machine, more on a slow host, on the way to the first
+    request): glibc says its version itself. Elsewhere, ``platform.platform()``."""
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION")  # "glibc 2.39"
+    except (AttributeError, ValueError, OSError):  # not glibc, or not POSIX
+        libc = None
+    if sys.platform != "linux" or not libc:
+        return platform.platform()
+    u = os.uname()
+    name, _, version = libc.partition(" ")
+    return f"{u.sysname}-{u.release}-{u.machine}-with-{name}{version}"
+
+
 def _canonical(name: str) -> str:
     """A distribution's name as the packaging standards compare them."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+GPU_OPEN_WAIT_S = 1.0
+"""The GPU collector opens its cards once the run's first request is written, or this long
+after the run clock started at the latest: opening them (pynvml's import, NVML's start and
+the cards' handles, in the collector's thread) holds the interpreter in bursts, and delayed
+the first request by 59-77 ms in 3 of 4 pinned starts on the H200 host (issue 15).
+Its readings, energy included, start then: 150 ms or so after the run clock there either
+way, as opening takes that long."""
 
 
 def _collectors(
@@ -382,7 +407,7 @@ async def _run(
         "versions": versions(),
         "host": {
             "hostname": socket.gethostname(),
-            "platform": platform.platform(),
+            "platform": platform_text(),
             "cpus": os.cpu_count(),
         },
         "target_url": "sim (built-in simulator)" if target.sim else safe_url(target.url),
@@ -472,7 +497,17 @@ async def _run(
     ]
     background.append(asyncio.create_task(printer.run(stop_bg)))
     background += [
-        asyncio.create_task(_run_collector(c, recorder, clock, stop_bg)) for c in collectors
+        asyncio.create_task(
+            _run_collector(
+                c,
+                recorder,
+                clock,
+                stop_bg,
+                # one process sends: its first request first (workers: their own processes)
+                after=client.first_written if c.name == "gpu" and pool is None else None,
+            )
+        )
+        for c in collectors
     ]
     background.append(
         asyncio.create_task(
@@ -749,10 +784,22 @@ def _gpu_answer(gpu: asyncio.Future[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 async def _run_collector(
-    c: Collector, recorder: Recorder, clock: RunClock, stop: asyncio.Event
+    c: Collector,
+    recorder: Recorder,
+    clock: RunClock,
+    stop: asyncio.Event,
+    after: asyncio.Event | None = None,
 ) -> None:
-    """A collector's task; one that dies says so (``collector_failed``) instead of vanishing."""
+    """A collector's task; one that dies says so (``collector_failed``) instead of vanishing.
+    With ``after``, it starts once that is set (or ``stop``), ``GPU_OPEN_WAIT_S`` at the most."""
     try:
+        if after is not None:  # or the run ends first
+            waits = [asyncio.ensure_future(e.wait()) for e in (after, stop)]
+            try:
+                await asyncio.wait(waits, timeout=GPU_OPEN_WAIT_S, return_when="FIRST_COMPLETED")
+            finally:
+                for w in waits:
+                    w.cancel()
         await c.run(stop)
     except asyncio.CancelledError:
         raise

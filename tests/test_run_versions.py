@@ -4,11 +4,12 @@ they are what ``importlib.metadata`` says, found in ``sys.path`` order."""
 from __future__ import annotations
 
 import importlib.metadata
+import sys
 from pathlib import Path
 
 import pytest
 
-from stress.run import PACKAGES, versions
+from stress.run import PACKAGES, platform_text, versions
 
 
 def test_the_versions_are_the_installed_ones() -> None:
@@ -42,3 +43,20 @@ def test_the_first_on_the_path_wins_and_names_compare_as_the_standard_says(
     assert got["uvloop"] == "5.5.5"
     assert "aiohttp" not in got  # not on this path
     assert list(got)[:2] == ["stress", "python"]
+
+
+def test_the_platform_text_is_the_standard_librarys() -> None:
+    """The manifest's ``host.platform``, read without scanning the Python binary: the text
+    ``platform.platform()`` gives, but for the glibc version, which is the running one
+    (``platform`` gives the newest one the binary was linked against)."""
+    import os
+    import platform
+
+    text = platform_text()
+    if sys.platform != "linux" or not os.confstr("CS_GNU_LIBC_VERSION"):
+        assert text == platform.platform()
+        return
+    system, release, machine = platform.system(), platform.release(), platform.machine()
+    version = os.confstr("CS_GNU_LIBC_VERSION").split()[1]
+    assert text == f"{system}-{release}-{machine}-with-glibc{version}"
+    assert platform.platform().startswith(f"{system}-{release}-{machine}-with-glibc")

@@ -234,6 +234,10 @@ def test_stress_run_on_the_simulator_with_gpus(tmp_path: Path) -> None:
     load_t = next(e["t"] for e in events if e["kind"] == "phase_started")
     samples = [r for r in gpu if r["type"] == "sample"]
     key = cards[0]["key"]
+    # the cards were opened once the first request had been written (stress.run's
+    # GPU_OPEN_WAIT_S): their start-up shares the interpreter, it must not delay that one
+    first_sent = min(r["t_start"] for r in _jsonl(run_dir / "requests.jsonl"))
+    assert samples[0]["t"] >= first_sent, (samples[0]["t"], first_sent)
 
     def card(r: dict[str, Any]) -> dict[str, Any]:
         return next(c for c in r["cards"] if c["key"] == key)
