@@ -4,12 +4,16 @@ process start (milliseconds on stderr).
 Runs the real CLI on the quick start against ``URL`` (e.g. ``paced_server.py``), with the
 steps between the imports and the run clock wrapped to print when each begins and ends:
 the model list, the tokenizer, the corpus, the server probe, the run directory, the
-recorder, the manifest, the client, the first request's body, and the first chat
-request written to its connection. A diagnostic, not a measurement of the whole start
+recorder, the manifest (its package versions and platform), the run clock, the
+collectors (and the GPU backends' opening, in the GPU collector's thread), the engine,
+the first excerpt, the first request's body, and the first chat request written to its
+connection. A diagnostic, not a measurement of the whole start
 (``e2e.py --parts start``): the wrapping itself costs a few microseconds a step.
 
     .venv/bin/python benchmarks/paced_server.py --port 8399 --log /tmp/paced.jsonl &
-    taskset -c 0 .venv/bin/python benchmarks/start_timeline.py http://127.0.0.1:8399
+    taskset -c 0 .venv/bin/python benchmarks/start_timeline.py http://127.0.0.1:8399 [SCENARIO]
+
+(``SCENARIO``: another scenario than the quick start, e.g. one with ``telemetry.gpus: off``.)
 """
 
 from __future__ import annotations
@@ -27,7 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def lap(what: str) -> None:
-    print(f"{(time.perf_counter() - T0) * 1000:7.1f} ms {what}", file=sys.stderr, flush=True)
+    import threading
+
+    thread = threading.current_thread()
+    where = "" if thread is threading.main_thread() else f" [thread {thread.name}]"
+    print(f"{(time.perf_counter() - T0) * 1000:7.1f} ms {what}{where}", file=sys.stderr, flush=True)
 
 
 def wrap(module: Any, name: str) -> None:
@@ -56,6 +64,7 @@ def wrap_async(module: Any, name: str) -> None:
 
 def main() -> None:
     url = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8399"
+    scenario = Path(sys.argv[2]) if len(sys.argv) > 2 else ROOT / "scenarios" / "quickstart.yaml"
     import stress.cli as cli
 
     lap("stress.cli imported")
@@ -66,9 +75,17 @@ def main() -> None:
     import stress.engine as engine
     import stress.http1 as http1
 
-    for name in ("get_tokenizer", "Corpus", "new_run_dir", "Recorder", "write_json", "ChatClient"):
+    import stress.collectors.gpu.collector as gpu_collector
+    import stress.corpus as corpus
+
+    steps = ("get_tokenizer", "Corpus", "new_run_dir", "Recorder", "write_json", "ChatClient")
+    for name in (*steps, "versions", "platform_text", "_collectors"):
         wrap(run, name)
     wrap(engine, "build_body")
+    wrap(gpu_collector, "open_backends")  # in the GPU collector's thread
+    wrap(corpus.Corpus, "excerpt")
+    wrap_async(engine.Engine, "run")
+    wrap(run.RunClock, "start")
     wrap_async(run, "preflight")
     wrap_async(target, "list_models")
     send = http1.Connection.send
@@ -82,7 +99,7 @@ def main() -> None:
     sent: list[int] = []
     http1.Connection.send = first_send  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory(prefix="stress-start-") as out:
-        sys.argv = ["stress", "run", str(ROOT / "scenarios" / "quickstart.yaml")]
+        sys.argv = ["stress", "run", str(scenario)]
         sys.argv += ["--target", url, "--no-tui", "--out", out, "--duration", "2s"]
         sys.argv += ["--fail-on", "never"]
         with contextlib.suppress(SystemExit):  # the verdict's exit code says nothing here
