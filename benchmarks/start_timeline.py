@@ -72,11 +72,10 @@ def main() -> None:
     import stress.target as target
 
     lap("stress.run imported")
-    import stress.engine as engine
-    import stress.http1 as http1
-
     import stress.collectors.gpu.collector as gpu_collector
     import stress.corpus as corpus
+    import stress.engine as engine
+    import stress.http1 as http1
 
     steps = ("get_tokenizer", "Corpus", "new_run_dir", "Recorder", "write_json", "ChatClient")
     for name in (*steps, "versions", "platform_text", "_collectors"):

@@ -38,7 +38,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-
 Dialect = Literal["vllm", "sglang", "llamacpp"]
 Agg = Literal["sum", "mean", "max"]
 
