@@ -35,6 +35,14 @@ END_OF_RUN = (
 )
 
 
+def fresh_interpreter(code: str) -> str:
+    """What ``code`` prints in a new interpreter (this test process may have loaded the
+    modules in question already)."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+
+
 def test_the_run_path_loads_no_end_of_run_module() -> None:
     code = (
         "import sys\n"
@@ -46,9 +54,7 @@ def test_the_run_path_loads_no_end_of_run_module() -> None:
         "get_tokenizer()\n"
         f"print(sorted(m for m in {END_OF_RUN!r} if m in sys.modules))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
+    out = fresh_interpreter(code)
     assert out.strip().splitlines()[-1] == "[]", out
 
 
@@ -63,9 +69,7 @@ def test_prometheus_client_loads_at_the_first_metrics_parsed() -> None:
         "stress.collectors.prometheus.parse_metrics('# TYPE x counter\\nx_total 1\\n')\n"
         "print('prometheus_client' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
+    out = fresh_interpreter(code)
     assert out.split() == ["False", "True"], out
 
 
@@ -109,9 +113,7 @@ def test_gpu_discovery_runs_in_a_child_process() -> None:
         "found = asyncio.run(gpu_info())\n"
         "print(isinstance(found.get('summary'), str), 'pynvml' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
+    out = fresh_interpreter(code)
     assert out.split() == ["True", "False"], out
 
 
