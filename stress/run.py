@@ -149,9 +149,8 @@ def _canonical(name: str) -> str:
 DEFERRED_WAIT_S = 1.0
 """The client's health and GPU collectors are made and started once the run's first
 request is written, or this long after the run clock started at the latest. Making them
-imports psutil and the GPU package (all the collectors took 8.3 ms to make on 2 cores and
-40-70 ms on the H200 host, now 1.8 and 3-4 ms before the first request), and opening the
-cards (pynvml's import, NVML's start, their handles, in the
+imports psutil and the GPU package (~16 ms on 2 cores, 40-68 ms with the server's on the
+H200 host), and opening the cards (pynvml's import, NVML's start, their handles, in the
 GPU collector's thread) holds the interpreter in bursts: it delayed the first request by
 59-77 ms in 3 of 4 pinned starts on the H200 host (issue 15). Their readings start a few
 milliseconds later than the run clock for it (the cards' ~150 ms later there either way,
