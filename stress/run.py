@@ -146,26 +146,13 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-DEFERRED_WAIT_S = 1.0
-"""The client's health and GPU collectors are made and started once the run's first
-request is written, or this long after the run clock started at the latest. Making them
-imports psutil and the GPU package (~16 ms on 2 cores, 40-68 ms with the server's on the
-H200 host), and opening the cards (pynvml's import, NVML's start, their handles, in the
-GPU collector's thread) holds the interpreter in bursts: it delayed the first request by
-59-77 ms in 3 of 4 pinned starts on the H200 host (issue 15). Their readings start a few
-milliseconds later than the run clock for it (the cards' ~150 ms later there either way,
-as opening them takes that long). The server's collector is made at once: its first
-scrape is the counters' baseline, before any request of the run."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Planned:
-    """A collector the scenario asks for, made when its task starts (``_run_collector``)."""
-
-    name: str
-    make: Callable[[], Collector]
-    deferred: bool
-    """Made once the first request is written (``DEFERRED_WAIT_S``)."""
+GPU_OPEN_WAIT_S = 1.0
+"""The GPU collector opens its cards once the run's first request is written, or this long
+after the run clock started at the latest: opening them (pynvml's import, NVML's start and
+the cards' handles, in the collector's thread) holds the interpreter in bursts, and delayed
+the first request by 59-77 ms in 3 of 4 pinned starts on the H200 host (issue 15).
+Its readings, energy included, start then: 150 ms or so after the run clock there either
+way, as opening takes that long."""
 
 
 def _collectors(
@@ -176,46 +163,38 @@ def _collectors(
     target: Target,
     server_kind: str,
     gate: HangGate,
-) -> list[_Planned]:
+) -> list[Collector]:
     """The collectors this scenario asks for: the client's own health, server metrics, GPUs."""
+    from stress.collectors.client import ClientHealthCollector
+    from stress.collectors.gpu import Backend, GpuCollector
+    from stress.collectors.server import ServerCollector
+
     tele = loaded.scenario.telemetry
-
-    def client() -> Collector:
-        from stress.collectors.client import ClientHealthCollector
-
-        return ClientHealthCollector(recorder, clock, tele.interval)
-
-    out = [_Planned("client", client, deferred=True)]
+    out: list[Collector] = [ClientHealthCollector(recorder, clock, tele.interval)]
     if tele.server_metrics:
-        from stress.collectors.server import ServerCollector
-
-        server = ServerCollector(
-            GatedSink(recorder, gate),  # its hangs and the client's are one count
-            clock,
-            tele.interval,
-            session=session,
-            base_url=target.url,
-            headers=target.headers,
-            kind=server_kind,
-            hang_after_s=tele.hang_after,
+        out.append(
+            ServerCollector(
+                GatedSink(recorder, gate),  # its hangs and the client's are one count
+                clock,
+                tele.interval,
+                session=session,
+                base_url=target.url,
+                headers=target.headers,
+                kind=server_kind,
+                hang_after_s=tele.hang_after,
+            )
         )
-        out.append(_Planned("server", lambda: server, deferred=False))
     if tele.gpus != "off":
         selection = None if tele.gpus == "auto" else list(tele.gpus)
+        backends: list[Backend] | None = None  # real cards: NVML, hwmon
+        if target.sim is not None:  # the simulator's simulated cards only, never real ones
+            from stress.collectors.gpu.simulated import SimGpuBackend
 
-        def gpu() -> Collector:
-            from stress.collectors.gpu import Backend, GpuCollector
-
-            backends: list[Backend] | None = None  # real cards: NVML, hwmon
-            if target.sim is not None:  # the simulator's simulated cards only, never real
-                from stress.collectors.gpu.simulated import SimGpuBackend
-
-                backends = [SimGpuBackend(target.url)]
-            return GpuCollector(
-                recorder, clock, tele.interval, selection, backends, time_scale=target.time_scale
-            )
-
-        out.append(_Planned("gpu", gpu, deferred=True))
+            backends = [SimGpuBackend(target.url)]
+        gpu = GpuCollector(
+            recorder, clock, tele.interval, selection, backends, time_scale=target.time_scale
+        )
+        out.append(gpu)
     return out
 
 
@@ -509,9 +488,7 @@ async def _run(
     def last_byte() -> float:  # when any stream of the run last received bytes
         return max(client.last_byte, pool.last_byte) if pool is not None else client.last_byte
 
-    planned = _collectors(loaded, recorder, clock, session, target, server_kind, gate)
-    collectors: list[Collector] = []
-    """Each collector once made (``_run_collector``)."""
+    collectors = _collectors(loaded, recorder, clock, session, target, server_kind, gate)
     stop_bg = asyncio.Event()
     background = [
         asyncio.create_task(
@@ -522,16 +499,15 @@ async def _run(
     background += [
         asyncio.create_task(
             _run_collector(
-                p,
-                collectors,
+                c,
                 recorder,
                 clock,
                 stop_bg,
                 # one process sends: its first request first (workers: their own processes)
-                after=client.first_written if p.deferred and pool is None else None,
+                after=client.first_written if c.name == "gpu" and pool is None else None,
             )
         )
-        for p in planned
+        for c in collectors
     ]
     background.append(
         asyncio.create_task(
@@ -656,18 +632,12 @@ async def _run(
         manifest["end_time"] = time.time()
         manifest["duration_s"] = clock.now()
         manifest["exit_reason"] = exit_reason
-        made = {c.name: c for c in collectors}
-        results = {
-            p.name: _safe_summary(made[p.name], live.completion_tokens)
-            for p in planned
-            if p.name in made  # a collector that failed to be made said so (collector_failed)
-        }
+        results = {c.name: _safe_summary(c, live.completion_tokens) for c in collectors}
         if pool is not None:  # the client is every process: the parent and its workers
             from stress.collectors.client import merge_health
 
             results["workers"] = pool.health()
-            parent = [results["client"]] if "client" in results else []
-            results["client"] = merge_health([*parent, *results["workers"].values()])
+            results["client"] = merge_health([results["client"], *results["workers"].values()])
         # the manifest stays provenance; what the collectors measured is a result
         _guarded(
             printer, "collectors.json", lambda: write_json(run_dir / "collectors.json", results)
@@ -814,27 +784,22 @@ def _gpu_answer(gpu: asyncio.Future[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 async def _run_collector(
-    planned: _Planned,
-    made: list[Collector],
+    c: Collector,
     recorder: Recorder,
     clock: RunClock,
     stop: asyncio.Event,
     after: asyncio.Event | None = None,
 ) -> None:
-    """A collector's task: makes it (into ``made``) and runs it; one that fails to be made
-    or dies says so (``collector_failed``) instead of vanishing. With ``after``, it starts
-    once that is set (or ``stop``), ``DEFERRED_WAIT_S`` at the most."""
-    name = planned.name
+    """A collector's task; one that dies says so (``collector_failed``) instead of vanishing.
+    With ``after``, it starts once that is set (or ``stop``), ``GPU_OPEN_WAIT_S`` at the most."""
     try:
         if after is not None:  # or the run ends first
             waits = [asyncio.ensure_future(e.wait()) for e in (after, stop)]
             try:
-                await asyncio.wait(waits, timeout=DEFERRED_WAIT_S, return_when="FIRST_COMPLETED")
+                await asyncio.wait(waits, timeout=GPU_OPEN_WAIT_S, return_when="FIRST_COMPLETED")
             finally:
                 for w in waits:
                     w.cancel()
-        c = planned.make()
-        made.append(c)
         await c.run(stop)
     except asyncio.CancelledError:
         raise
@@ -843,10 +808,10 @@ async def _run_collector(
             RunEvent(
                 clock.now(),
                 "collector_failed",
-                f"collector {name} stopped: {type(e).__name__}: {e}; its telemetry ends here",
+                f"collector {c.name} stopped: {type(e).__name__}: {e}; its telemetry ends here",
                 "error",
-                source=name,
-                data={"collector": name},
+                source=c.name,
+                data={"collector": c.name},
             )
         )
 

@@ -22,7 +22,7 @@ from aiohttp import web
 from stress.collectors.base import Collector, RunClock
 from stress.events import RunEvent
 from stress.recorder import Recorder
-from stress.run import _Planned, _run_collector
+from stress.run import _run_collector
 from tests.fakes import FakeServer, chunk, ok_script, serve
 from tests.test_recorder import fill, small_disk
 
@@ -219,10 +219,7 @@ async def test_a_collector_that_dies_says_so(tmp_path: Path) -> None:
     seen: list[RunEvent] = []
     rec = Recorder(tmp_path, on_event=seen.append)
     clock = RunClock.start()
-    made: list[Collector] = []
-    broken = _Planned("server", lambda: _Broken(rec, clock, 1.0), deferred=False)
-    await _run_collector(broken, made, rec, clock, asyncio.Event())
-    assert [c.name for c in made] == ["server"]
+    await _run_collector(_Broken(rec, clock, 1.0), rec, clock, asyncio.Event())
     rec.close()
     [ev] = seen
     assert ev.kind == "collector_failed" and ev.severity == "error"
@@ -230,47 +227,6 @@ async def test_a_collector_that_dies_says_so(tmp_path: Path) -> None:
     assert "ZeroDivisionError: float division by zero" in ev.message
     [line] = valid_lines(tmp_path / "events.jsonl")
     assert line["kind"] == "collector_failed"
-
-
-async def test_a_collector_that_cannot_be_made_says_so_and_one_waits_for_the_first_request(
-    tmp_path: Path,
-) -> None:
-    """The client's health and GPU collectors are made once the first request is written
-    (their imports and the cards' opening would delay it), or when the run stops first."""
-    seen: list[RunEvent] = []
-    rec = Recorder(tmp_path, on_event=seen.append)
-    clock = RunClock.start()
-    made: list[Collector] = []
-    calls: list[str] = []
-
-    def cannot() -> Collector:
-        calls.append("made")
-        raise ImportError("no module named pynvml")
-
-    first, stop = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(
-        _run_collector(_Planned("gpu", cannot, deferred=True), made, rec, clock, stop, first)
-    )
-    await asyncio.sleep(0.05)
-    assert calls == []  # waits for the first request
-    first.set()
-    await asyncio.wait_for(task, 5)
-    assert calls == ["made"] and made == []
-    [ev] = seen
-    assert ev.kind == "collector_failed" and ev.data == {"collector": "gpu"}
-    assert "ImportError: no module named pynvml" in ev.message
-
-    # a run that stops before its first request still makes it (its summary, its events)
-    first.clear()
-    stopped = asyncio.create_task(
-        _run_collector(_Planned("gpu", cannot, deferred=True), made, rec, clock, stop, first)
-    )
-    await asyncio.sleep(0.05)
-    assert calls == ["made"]
-    stop.set()
-    await asyncio.wait_for(stopped, 5)
-    assert calls == ["made", "made"] and len(seen) == 2
-    rec.close()
 
 
 async def test_a_disk_full_from_the_start_is_one_line_and_exit_1(

@@ -171,8 +171,7 @@ def test_a_run_against_the_simulator_reads_only_simulated_cards(tmp_path: Path) 
         out = _collectors(
             loaded, sink, RunClock.start(), None, target, "vllm", HangGate(sink.event)
         )  # type: ignore[arg-type]
-        gpu = next(p.make() for p in out if p.name == "gpu")
-        assert isinstance(gpu, GpuCollector)
+        gpu = next(c for c in out if isinstance(c, GpuCollector))
         return list(gpu._backends)
 
     sim_target = Target("http://127.0.0.1:1", {}, "m", sim=object(), time_scale=20.0)
@@ -236,7 +235,7 @@ def test_stress_run_on_the_simulator_with_gpus(tmp_path: Path) -> None:
     samples = [r for r in gpu if r["type"] == "sample"]
     key = cards[0]["key"]
     # the cards were opened once the first request had been written (stress.run's
-    # DEFERRED_WAIT_S): their start-up shares the interpreter, it must not delay that one
+    # GPU_OPEN_WAIT_S): their start-up shares the interpreter, it must not delay that one
     first_sent = min(r["t_start"] for r in _jsonl(run_dir / "requests.jsonl"))
     assert samples[0]["t"] >= first_sent, (samples[0]["t"], first_sent)
 
