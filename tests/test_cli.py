@@ -654,3 +654,22 @@ def test_exit_code_follows_the_verdict(
             "code": "slo",
             "short": f"TTFT p95 {times(check['factor'])} SLO",
         }
+
+
+def test_the_runs_loop_gets_the_interpreter_back_within_stress_s_switch_interval() -> None:
+    """Every loop stress runs (`stress run`, `stress search`, a worker, a Ray actor) goes
+    through `run_async`, which shortens the interpreter's switch interval: a thread of the
+    run (NVML calls, a /metrics body parsed) no longer keeps the loop, and the instant a
+    stream's bytes are stamped, waiting 5 ms (benchmarks/thread_wake.py)."""
+    code = (
+        "import sys\n"
+        "from stress.cli import SWITCH_INTERVAL_S, run_async\n"
+        "async def inside(): return sys.getswitchinterval()\n"
+        "before = sys.getswitchinterval()\n"
+        "print(before, run_async(inside()), SWITCH_INTERVAL_S)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    before, inside, wanted = map(float, out)
+    assert before == 0.005 and inside == pytest.approx(wanted, abs=1e-9) and wanted <= 0.0005
