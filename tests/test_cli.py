@@ -23,6 +23,7 @@ from stress.analysis.limits import EXIT_VERDICT_FAIL
 from stress.fmt import times
 from stress.record import RequestRecord
 from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
+from tests.interpreter import fresh_interpreter
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED_KEYS = set(RequestRecord.__dataclass_fields__)
@@ -668,8 +669,5 @@ def test_the_runs_loop_gets_the_interpreter_back_within_stress_s_switch_interval
         "before = sys.getswitchinterval()\n"
         "print(before, run_async(inside()), SWITCH_INTERVAL_S)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout.split()
-    before, inside, wanted = map(float, out)
+    before, inside, wanted = map(float, fresh_interpreter(code).split())
     assert before == 0.005 and inside == pytest.approx(wanted, abs=1e-9) and wanted <= 0.0005

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from tests.interpreter import fresh_interpreter
+
 CORE = (
     "stress.engine",
     "stress.run",
@@ -35,10 +37,8 @@ def test_core_modules_do_not_import_textual() -> None:
         "bad = sorted(m for m in sys.modules if m == 'textual' or m.startswith('textual.'))\n"
         "print(','.join(bad))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert out.stdout.strip() == "", f"textual imported by the core: {out.stdout[:200]}"
+    out = fresh_interpreter(code)
+    assert out.strip() == "", f"textual imported by the core: {out[:200]}"
 
 
 HEAVY = (
@@ -65,9 +65,7 @@ def test_the_parser_imports_no_heavy_package(argv: list[str]) -> None:
         "except SystemExit:\n    pass\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
+    out = fresh_interpreter(code)
     assert out.strip().splitlines()[-1] == "[]", out
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import orjson
 
+from tests.interpreter import fresh_interpreter
+
 ROOT = Path(__file__).resolve().parents[1]
 
 END_OF_RUN = (
@@ -33,14 +35,6 @@ END_OF_RUN = (
     "ray",  # --ray only: a one-process or --workers run never loads it
     "stress.ray_pool",
 )
-
-
-def fresh_interpreter(code: str) -> str:
-    """What ``code`` prints in a new interpreter (this test process may have loaded the
-    modules in question already)."""
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
 
 
 def test_the_run_path_loads_no_end_of_run_module() -> None:
