@@ -229,6 +229,37 @@ async def test_a_collector_that_dies_says_so(tmp_path: Path) -> None:
     assert line["kind"] == "collector_failed"
 
 
+class _Started(Collector):
+    name = "gpu"
+
+    def __init__(self, *a: Any) -> None:
+        super().__init__(*a)
+        self.started: list[bool] = []
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.started.append(stop.is_set())
+
+
+async def test_the_gpu_collector_starts_after_the_first_request_or_at_the_stop(
+    tmp_path: Path,
+) -> None:
+    """The cards are opened once the first request is written (their opening shares the
+    interpreter with it); a run that stops before any request still runs the collector
+    (its summary, its events), and it never waits past GPU_OPEN_WAIT_S."""
+    rec = Recorder(tmp_path)
+    clock = RunClock.start()
+    for trigger in ("first", "stop"):
+        gpu = _Started(rec, clock, 1.0)
+        first, stop = asyncio.Event(), asyncio.Event()
+        task = asyncio.create_task(_run_collector(gpu, rec, clock, stop, after=first))
+        await asyncio.sleep(0.05)
+        assert gpu.started == []  # waiting
+        (first if trigger == "first" else stop).set()
+        await asyncio.wait_for(task, 5)
+        assert gpu.started == [trigger == "stop"]
+    rec.close()
+
+
 async def test_a_disk_full_from_the_start_is_one_line_and_exit_1(
     tmp_path: Path, small_disk: Path
 ) -> None:
