@@ -123,9 +123,8 @@ class Ticks:
     The users' recent turns were most of a tick (59 of 66 KB at 64 users with ten turns
     each, pickled four times a second on the run's loop) and change once a turn; ``Live``
     keeps each user's as one tuple until a turn ends, so the sender knows them unchanged
-    by identity. Every
-    tick written reaches the child in order (a skipped tick is not written at all), so
-    both ends hold the same turns."""
+    by identity. Every tick written reaches the child in order (a skipped tick is not
+    written at all), so both ends hold the same turns."""
 
     def __init__(self) -> None:
         self._recent: dict[int, tuple[TurnSummary, ...]] = {}
