@@ -366,10 +366,17 @@ class Corpus:
                 f"corpus {str(root)!r} holds no .txt or .md document with text",
                 "add documents or point at another folder",
             )
-        self._weights = [sum(d.counts) for d in self.docs]
-        self.total_tokens = sum(self._weights)
+        weights = [sum(d.counts) for d in self.docs]
+        self._doc_range = range(len(self.docs))
+        self._cum_weights = list(accumulate(weights))
+        self.total_tokens = sum(weights)
         self._word_starts: dict[int, bool] = {}
         """Whether each token seen at a cut opens a word (``_cut_paragraph``)."""
+
+    def draw_doc(self, rng: random.Random) -> int:
+        """A document's index, drawn in proportion to its tokens (the same draw as
+        ``rng.choices(range(n), weights=tokens)``, without summing the weights each time)."""
+        return rng.choices(self._doc_range, cum_weights=self._cum_weights)[0]
 
     def excerpt(self, rng: random.Random, lo: int, hi: int) -> Excerpt:
         """An excerpt of between ``lo`` and ``hi`` tokens (as counted by the tokenizer).
@@ -383,19 +390,25 @@ class Corpus:
         Without ids (the estimate tokenizer) the joined text is measured and topped up.
         """
         target = rng.randint(lo, hi)
-        d = rng.choices(range(len(self.docs)), weights=self._weights)[0]
-        i = rng.randrange(len(self.docs[d].paragraphs))
+        d = self.draw_doc(rng)
+        docs = self.docs
+        doc = docs[d]
+        i = rng.randrange(len(doc.paragraphs))
         if not self._has_ids:
             return self._excerpt_measured(target, d, i, lo, hi)
-        sources = [self.docs[d].name]
+        sources = [doc.name]
         parts: list[str] = []
         n = 0
-        prev: tuple[_Doc, int] | None = None  # the last whole paragraph taken
+        prev: _Doc | None = None  # the document of the last whole paragraph taken (i - 1)
+        prev_i = 0
         while n < target:
-            doc = self.docs[d]
-            join = self._join_tokens(*prev) if prev is not None else 0
+            join = 0
+            if prev is not None:  # measured once per paragraph (shipped with a bundled corpus)
+                join_n = prev.joins[prev_i] if prev.joins else None
+                join = join_n if join_n is not None else self._join_tokens(prev, prev_i)
             room = target - n - join
-            if doc.counts[i] > room:
+            count = doc.counts[i]
+            if count > room:
                 if room >= 4 or not parts or (room >= 1 and n + join < lo):
                     slack = min(WORD_LOOKBACK, target - lo)  # a cut short of lo: no
                     text, m = self._cut_paragraph(doc, i, max(room, 1), slack)
@@ -403,17 +416,19 @@ class Corpus:
                     n += join + m
                 break
             parts.append(doc.paragraphs[i])
-            n += join + doc.counts[i]
-            prev = (doc, i)
+            n += join + count
+            prev, prev_i = doc, i
             i += 1
             if i >= len(doc.paragraphs):
-                d, i = (d + 1) % len(self.docs), 0
-                sources.append(self.docs[d].name)
-        text = "\n\n".join(parts)
+                d, i = (d + 1) % len(docs), 0
+                doc = docs[d]
+                sources.append(doc.name)
+        text = parts[0] if len(parts) == 1 else "\n\n".join(parts)
         if n > hi:  # a cut that re-encodes one token longer, at the very top of the range
             text = self._cut(text, hi)
             n = self.tok.count(text)
-        return Excerpt(text=text, tokens=n, source="+".join(dict.fromkeys(sources)))
+        source = sources[0] if len(sources) == 1 else "+".join(dict.fromkeys(sources))
+        return Excerpt(text=text, tokens=n, source=source)
 
     def _excerpt_measured(self, target: int, d: int, i: int, lo: int, hi: int) -> Excerpt:
         """``excerpt`` for a tokenizer without ids: paragraph counts are summed to get
@@ -479,7 +494,10 @@ class Corpus:
                 piece = self.tok.token_bytes(ids[j])
                 opens = word[ids[j]] = len(piece) > 1 and piece[0] == 32 and piece[1] > 32
             if opens:  # the j tokens before a word end on a character: their bytes
-                return doc.paragraphs[i].encode()[: self._ends(doc, i)[j - 1]].decode(), j
+                para, end = doc.paragraphs[i], self._ends(doc, i)[j - 1]
+                if para.isascii():  # a character a byte: no round trip through UTF-8
+                    return para[:end], j
+                return para.encode()[:end].decode(), j
         text = self.tok.decode(ids[:n_tokens].tolist()).rstrip("\ufffd")
         return text, self.tok.count(text)
 

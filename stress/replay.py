@@ -252,7 +252,6 @@ class PromptBuilder:
         self.block_size = block_size
         self.salt = salt
         self._units: OrderedDict[str, list[str]] = OrderedDict()
-        self._weights = [sum(d.counts) for d in corpus.docs]
 
     def prompt(self, req: TraceRequest) -> str:
         """The prompt of ``req``: its ids' blocks, then unique text up to input_length."""
@@ -312,7 +311,7 @@ class PromptBuilder:
         seed = hashlib.sha256(f"{self.salt}:{key}".encode()).digest()
         rng = random.Random(seed)
         docs = self.corpus.docs
-        d = rng.choices(range(len(docs)), weights=self._weights)[0]
+        d = self.corpus.draw_doc(rng)
         i = rng.randrange(len(docs[d].paragraphs))
         units: list[str] = []
         chars = 0

@@ -116,6 +116,15 @@ def test_excerpt_counts_are_exact_without_encoding_the_excerpt(lang: str) -> Non
             assert lo * 0.95 <= ex.tokens <= hi
 
 
+def test_a_document_is_drawn_in_proportion_to_its_tokens() -> None:
+    # the cumulative weights are summed once; the draw is the one the weights give
+    corpus = Corpus(CORPORA / "en")
+    weights = [sum(d.counts) for d in corpus.docs]
+    a, b = random.Random(5), random.Random(5)
+    for _ in range(500):
+        assert corpus.draw_doc(a) == b.choices(range(len(weights)), weights=weights)[0]
+
+
 def test_excerpts_with_the_estimate_tokenizer() -> None:
     corpus = Corpus(CORPORA / "en", EstimateTokenizer())
     rng = random.Random(2)
