@@ -13,7 +13,9 @@ user ends a request a second, 10 recent turns each, the 60 s window full), then
 - ``tick, a quarter changed``: as in a paced run at 4 ticks a second, where each user
   ends a request a second (the cost of recording those requests taken out);
 - ``tick, all sent``: the first tick (every user's turns go), and what every tick cost
-  when the turns were sent each time.
+  when the turns were sent each time;
+- ``a quarter changed, the view's 90 rows``: the tick since the view says which rows of
+  the users' table it shows (``rows``), as a tall terminal's table asks.
 
 Prints milliseconds per tick (best of ``--repeats``) and the tick's bytes on the pipe:
 
@@ -35,6 +37,9 @@ from benchmarks._common import machine
 from stress.live import Live, Snapshot
 from stress.record import RequestRecord
 from stress.tui_process import Ticks
+
+WINDOW = (0, 90)
+"""The rows a view asks for on a tall terminal: 30 on screen, a screen above and below."""
 
 
 def finished(live: Live, user: int, t_end: float, n: int) -> None:
@@ -120,10 +125,25 @@ def bench(users: int, repeats: int) -> None:
 
     all_ms = best(all_tick, n, repeats)
     size_all = len(all_tick())
+
+    # what the run sends since the view says which rows it shows (``rows``): a window
+    wticks = Ticks()
+
+    def window_tick() -> bytes:
+        k[0] += 1
+        for u in quarter:
+            finished(live, u, now, 1000 + k[0])
+        snap = dataclasses.replace(live.snapshot(now, WINDOW), events=())
+        return wticks.encode(snap, [], 0)
+
+    window_tick()
+    window_ms = best(window_tick, n, repeats) - best(quarter_records, n, repeats)
+    size_window = len(window_tick())
     print(
         f"  {users:5d} users: snapshot {snap_ms:6.3f} ms | tick, none changed {none_ms:6.3f} ms "
         f"({size_none:,} B) | a quarter changed {quarter_ms:6.3f} ms ({size_quarter:,} B) | "
-        f"all sent {all_ms:6.3f} ms ({size_all:,} B)",
+        f"all sent {all_ms:6.3f} ms ({size_all:,} B) | a quarter changed, the view's "
+        f"{WINDOW[1]} rows {window_ms:6.3f} ms ({size_window:,} B)",
         flush=True,
     )
 

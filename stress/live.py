@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
@@ -220,6 +221,11 @@ class Snapshot:
     workers: dict[int, dict[str, Any]] = field(default_factory=dict)
     """``--workers``: each worker process's latest health (pid, loop lag, CPU, RSS; ``dead``
     once it died), by worker number; empty in a one-process run."""
+    users_first: int = 0
+    """The position of ``users[0]`` among the run's users (a window of them, below)."""
+    users_total: int | None = None
+    """The run's users when ``users`` holds only a window of them (the rows the live view
+    shows: ``Live.snapshot``'s ``rows``); None when it holds them all."""
 
     @property
     def clock_label(self) -> str:
@@ -381,8 +387,12 @@ class Live:
             ev = replace(ev, t=sim_seconds(ev.t, self.time_scale))
         self.events.append(ev)
 
-    def snapshot(self, t: float) -> Snapshot:
-        """The state at ``t``, the run clock's seconds (wall), shown on the run's one clock."""
+    def snapshot(self, t: float, rows: tuple[int, int] | None = None) -> Snapshot:
+        """The state at ``t``, the run clock's seconds (wall), shown on the run's one clock.
+
+        ``rows`` (first, count): only those users' rows, by position (the ones the live
+        view shows: at 2,000 users every row was ~5 ms of the run's loop a tick, and their
+        pickle more); the figures are still the whole run's."""
         scale = self.time_scale
         cutoff = t - self.WINDOW_S
         recent_ttft = [v for (te, v) in self._ttft if te >= cutoff]
@@ -394,7 +404,13 @@ class Live:
                 out += c
                 prompt += p
                 cached += k
-        rows = tuple(u.row(t, scale) for u in self._users.values())
+        first, total = 0, None
+        users: Iterable[_UserState] = self._users.values()
+        if rows is not None:
+            total = len(self._users)
+            first = min(max(rows[0], 0), total)
+            users = islice(users, first, first + max(rows[1], 0))
+        shown = tuple(u.row(t, scale) for u in users)
         arrival_rate = None
         if self.open_loop:
             recent = sum(1 for a in self._arrival_times if a >= cutoff)
@@ -415,7 +431,7 @@ class Live:
         return Snapshot(
             t=sim_seconds(t, scale),
             phase=self.phase,
-            users=rows,
+            users=shown,
             outcomes=dict(self.outcomes),
             error_classes=dict(self.error_classes),
             in_flight=self.in_flight,
@@ -427,7 +443,7 @@ class Live:
             out_tok_s_recent=sim_rate(out / span, scale),
             out_tok_s_history=tuple(history[-self.HISTORY :]),
             cached_share_recent=(cached / prompt) if prompt else None,
-            working_set_tokens=sum(r.conversation_tokens for r in rows),
+            working_set_tokens=sum(u.conversation_tokens for u in self._users.values()),
             reconnects=self.reconnects,
             events=tuple(list(self.events)[-50:]),
             collectors=collectors,
@@ -445,4 +461,6 @@ class Live:
             sessions_done=self.sessions_done,
             backlog=self.backlog,
             workers={k: dict(v) for k, v in self.workers.items()},
+            users_first=first,
+            users_total=total,
         )

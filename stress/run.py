@@ -376,7 +376,7 @@ async def _run(
         }
         printer = TuiProcess(
             header,
-            lambda: live.snapshot(clock.now()),
+            lambda rows=None: live.snapshot(clock.now(), rows),
             on_quit=lambda: engine_ref[0].request_stop("interrupted"),
             on_cancel=lambda: engine_ref[0].cancel_in_flight(),
             child=view,

@@ -7,7 +7,9 @@ and every stall lands on the timestamps of the tokens that arrive meanwhile (iss
 the view runs in a child process (``python -m stress.tui.child``, niced, the terminal
 inherited) and this side only sends it what it shows: the run's header, then four times a
 second the latest ``Snapshot`` with the events and lines since the last one, pickled on a
-pipe. Keys come back on a second pipe (``quit``, ``cancel``).
+pipe. Keys come back on a second pipe (``quit``, ``cancel``), and the rows of the users'
+table the view shows (``rows FIRST COUNT``): only those rows are built and sent, so a tick
+at 2,000 users costs what one at a hundred does.
 
 The view can never cost the run: a send never blocks (while the child has not read the
 last snapshot, the next is skipped and events wait, bounded), and if the child fails to
@@ -33,7 +35,7 @@ import termios
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from stress.events import RunEvent
 from stress.headless import HeadlessPrinter, fallback_printer
@@ -43,9 +45,11 @@ from stress.secrets import REDACTOR
 TICK_S = 0.25
 """Snapshots sent a second: at most 4, enough to watch (the view repaints on each)."""
 TICK_BUDGET = 0.02
-"""The share of the run's loop a tick may take: a tick that took longer (thousands of
-users: ~12-23 ms for 2,000 on the H200 host) spaces the next ones out, so the view never
-costs the run more than this of its time, nor stalls it 4 times a second."""
+"""The share of the run's loop a tick may take: a tick that took longer spaces the next
+ones out, so the view never costs the run more than this of its time, nor stalls it 4
+times a second. Since the view says which rows it shows, a tick at 2,000 users takes ~0.6
+ms on dev (every row: 12-23 ms on the H200 host); until it has said (its first screen),
+or on a terminal thousands of lines tall, this bounds it."""
 NICE = 10
 """The child's niceness: where it shares a core with the run, the run comes first (its
 start-up overlaps the run's first requests)."""
@@ -66,6 +70,21 @@ RESTORE = (
 )
 """What a full-screen view turns on and must turn off: written, with the terminal's saved
 settings put back, when the child died without doing it itself."""
+
+
+class SnapshotSource(Protocol):
+    """The run's live state now: every user's row, or the window ``rows`` (first, count)."""
+
+    def __call__(self, rows: tuple[int, int] | None = None) -> Snapshot: ...
+
+
+def parse_rows(line: str) -> tuple[int, int] | None:
+    """``rows FIRST COUNT`` from the view (``rows -``: all of them); None for all, or for a
+    line that does not say two whole numbers."""
+    parts = line.split()
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+        return int(parts[1]), int(parts[2])
+    return None
 
 
 def frame(obj: object, *, rows_without_recent: bool = False) -> bytes:
@@ -179,7 +198,8 @@ class Frames:
 
 
 class _Control(asyncio.Protocol):
-    """The child's messages, one per line: ``ready``, ``quit``, ``cancel``, ``failed ...``."""
+    """The child's messages, one per line: ``ready``, ``quit``, ``cancel``, ``rows F N``,
+    ``failed ...``."""
 
     def __init__(self, owner: TuiProcess) -> None:
         self.owner = owner
@@ -257,7 +277,7 @@ class TuiProcess:
     def __init__(
         self,
         header: dict[str, Any],
-        snapshot: Callable[[], Snapshot],
+        snapshot: SnapshotSource,
         on_quit: Callable[[], None],
         on_cancel: Callable[[], None],
         *,
@@ -289,6 +309,8 @@ class TuiProcess:
         self._fallback: HeadlessPrinter | None = None
         self._ended = False
         self.sent = 0
+        self.rows: tuple[int, int] | None = None
+        """The users' rows the view shows (first, count), as it said; None: all of them."""
 
     # --- from the run ------------------------------------------------------------------
 
@@ -318,6 +340,8 @@ class TuiProcess:
             self._on_quit()
         elif line == "cancel":
             self._on_cancel()
+        elif line.startswith("rows "):
+            self.rows = parse_rows(line)
         elif line.startswith("failed "):
             self.failure = line[7:]
 
@@ -376,7 +400,7 @@ class TuiProcess:
         items, self._pending = list(self._pending), deque(maxlen=PENDING)
         dropped, self._dropped = self._dropped, 0
         # the view shows events as they come (``items``), not the snapshot's recent ones
-        snap = dataclasses.replace(self.snapshot(), events=())
+        snap = dataclasses.replace(self.snapshot(self.rows), events=())
         writer.write(self._ticks.encode(snap, items, dropped))
         self.sent += 1
         self.interval = max(self.tick_s, (time.perf_counter() - t0) / TICK_BUDGET)

@@ -238,3 +238,24 @@ def test_a_users_recent_turns_are_shared_by_snapshots_until_a_turn_ends() -> Non
     finished(live, 0, 13.0, completion=99, prompt=100, cached=0)
     c = live.snapshot(13.5).users[0].recent
     assert c is not a and [t.completion_tokens for t in c] == [*range(3, 12), 99]
+
+
+def test_a_snapshot_of_a_window_of_rows_keeps_the_whole_runs_figures() -> None:
+    """The live view asks for the rows it shows (``rows``: first, count); the figures
+    (counts, the working set) are still every user's."""
+    live = Live(100)
+    for u in range(100):
+        rec = RequestRecord(user=u, conversation=1, round=1, turn=1, t_start=0.0)
+        rec.conversation_tokens = 10 * u
+        live.on_send(rec)
+    whole = live.snapshot(1.0)
+    part = live.snapshot(1.0, (40, 25))
+    assert [r.user for r in part.users] == list(range(40, 65))
+    assert (part.users_first, part.users_total) == (40, 100)
+    assert (whole.users_first, whole.users_total, len(whole.users)) == (0, None, 100)
+    assert part.users == whole.users[40:65]
+    assert part.working_set_tokens == whole.working_set_tokens == sum(10 * u for u in range(100))
+    assert part.in_flight == whole.in_flight == 100
+    end = live.snapshot(1.0, (95, 25))  # past the last user: what there is
+    assert [r.user for r in end.users] == list(range(95, 100)) and end.users_total == 100
+    assert live.snapshot(1.0, (500, 10)).users == ()

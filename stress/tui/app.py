@@ -85,7 +85,7 @@ class StressApp(App[None]):
         cards = gpu_cards(s.collectors.get("gpu"))
         with self.batch_update():
             self.query_one(RunHeader).show(s, self.feed.verdict(s))
-            self.query_one(UsersTable).show(s.users)
+            self.query_one(UsersTable).show(s.users, s.users_first, s.users_total)
             table = self.query_one(CardsTable)
             if cards:
                 table.show(cards)
@@ -112,6 +112,9 @@ class StressApp(App[None]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
+
+    def on_users_table_window(self, event: UsersTable.Window) -> None:
+        self.feed.show_rows((event.first, event.count))
 
     def on_users_table_selected(self, event: UsersTable.Selected) -> None:
         if self.last is None or isinstance(self.screen, UserDetail):

@@ -3,8 +3,9 @@
 Started by ``stress.tui_process.TuiProcess`` with the run's terminal. It reads the run's
 header and then its snapshots (pickled, length-framed) from ``DOWN_FD``, renders each one
 as it arrives with ``TuiSink``, and writes one line per message to ``UP_FD``: ``ready``
-when the first screen is up, ``quit`` and ``cancel`` for the keys that stop the run, and
-``failed ...`` before it gives up. It stops when told to or when the run's end of the
+when the first screen is up, ``quit`` and ``cancel`` for the keys that stop the run,
+``rows FIRST COUNT`` for the users' rows it shows (``rows -``: all), and ``failed ...``
+before it gives up. It stops when told to or when the run's end of the
 pipe closes (the run is gone), restoring the terminal either way. Ctrl-C is not its to
 handle: in the view it is a key; before the view is up, the run gets it.
 
@@ -86,6 +87,7 @@ class _View:
             self.snapshot,
             on_quit=lambda: self.say("quit"),
             on_cancel=lambda: self.say("cancel"),
+            on_rows=self.say_rows,
             headless=self.headless,
             size=self.size,
             tick_s=_IDLE_TICK_S,
@@ -93,6 +95,9 @@ class _View:
         self._show(self.early)
         self.early = []
         return sink
+
+    def say_rows(self, rows: tuple[int, int] | None) -> None:
+        self.say("rows -" if rows is None else f"rows {rows[0]} {rows[1]}")
 
     def snapshot(self) -> Snapshot:
         assert self.latest is not None

@@ -47,11 +47,13 @@ class Feed:
         snapshot: Callable[[], Snapshot],
         on_quit: Callable[[], None],
         on_cancel: Callable[[], None],
+        on_rows: Callable[[tuple[int, int] | None], None] | None = None,
     ) -> None:
         self.header = header
         self.snapshot = snapshot
         self._on_quit = on_quit
         self._on_cancel = on_cancel
+        self._on_rows = on_rows
         self.pending: deque[Text] = deque(maxlen=PENDING)
         self.dropped = 0
         self.kinds: Counter[str] = Counter()
@@ -137,6 +139,12 @@ class Feed:
         return judge(
             s, self.kinds, self.warnings, self.hardware, slo if isinstance(slo, dict) else None
         )
+
+    def show_rows(self, rows: tuple[int, int] | None) -> None:
+        """The users' rows on screen (first, count) changed (None: every row is wanted):
+        the run sends only those (``stress.tui_process``)."""
+        if self._on_rows is not None:
+            self._on_rows(rows)
 
     def stop(self) -> str:
         """First press: graceful stop. Second: cancel in flight. Returns what to show."""

@@ -39,8 +39,9 @@ class TuiSink:
         size: tuple[int, int] | None = None,
         tick_s: float = TICK_S,
         on_app: Callable[[StressApp], None] | None = None,
+        on_rows: Callable[[tuple[int, int] | None], None] | None = None,
     ) -> None:
-        self.feed = Feed(header, snapshot, on_quit, on_cancel)
+        self.feed = Feed(header, snapshot, on_quit, on_cancel, on_rows)
         self.headless = headless
         self.size = size
         self.tick_s = tick_s
@@ -96,6 +97,7 @@ class TuiSink:
             await self._headless(stop, reason)
 
     async def _headless(self, stop: asyncio.Event, reason: str | None) -> None:
+        self.feed.show_rows(None)  # lines count every user's stalls and conversations
         printer = fallback_printer(self.feed.snapshot, self.feed.header)
         self._fallback = printer
         if reason:

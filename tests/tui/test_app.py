@@ -6,11 +6,12 @@ from dataclasses import replace
 
 from textual.widgets import DataTable
 
+from stress.tui import TuiSink
 from stress.tui.feed import CANCELLING, STOPPING
 from stress.tui.widgets.detail import UserDetail
 from stress.tui.widgets.help import HelpScreen
 from stress.tui.widgets.users import UsersTable
-from tests.tui.data import snapshot
+from tests.tui.data import HEADER, snapshot
 from tests.tui.helpers import Source, make_app, screen_text
 
 
@@ -109,3 +110,42 @@ async def test_missing_gpu_fields_show_dashes_and_no_gpu_line() -> None:
     app = make_app(Source(snapshot(gpus=False)), events=False)
     async with app.run_test(size=(160, 50)):
         assert "GPUs: no telemetry" in screen_text(app)
+
+
+async def test_the_table_shows_a_window_of_rows_and_says_which() -> None:
+    """With thousands of users the run sends only the rows the table may show: the table
+    puts them at their rows, says which rows it needs when it scrolls, and a row not sent
+    yet is blank until the next tick brings it."""
+    full = snapshot(n_users=500)
+    said: list[tuple[int, int] | None] = []
+    current = [replace(full, users=full.users[:60], users_first=0, users_total=500)]
+    sink = TuiSink(
+        HEADER,
+        lambda: current[0],
+        lambda: None,
+        lambda: None,
+        headless=True,
+        tick_s=3600,
+        on_rows=said.append,
+    )
+    app = sink.build_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        table = app.query_one(UsersTable)
+        await pilot.pause()
+        assert table.row_count == 500
+        assert table.users[:60] == list(range(60)) and table.users[60:] == [None] * 440
+        assert said and said[-1] is not None
+        first, count = said[-1]
+        assert first == 0 and count < 100
+        table.scroll_to(y=300, animate=False)
+        await pilot.pause()
+        assert said[-1] is not None
+        first, count = said[-1]
+        assert first <= 300 and 300 + table.size.height <= first + count
+        assert "u300 " not in screen_text(app)  # not sent yet
+        window = full.users[first : first + count]
+        current[0] = replace(full, users=window, users_first=first, users_total=500)
+        app.tick()
+        await pilot.pause()
+        assert "│ u300 " in screen_text(app)
+        assert table.users[first : first + count] == [r.user for r in window]

@@ -160,6 +160,15 @@ class UsersTable(ScrollView, can_focus=True):
     ]
     cursor: reactive[int] = reactive(0)
 
+    class Window(Message):
+        """The rows the table shows, or may show next (first, count): the screen, a
+        screen above and below it, and the cursor's row. The run sends only these."""
+
+        def __init__(self, first: int, count: int) -> None:
+            super().__init__()
+            self.first = first
+            self.count = count
+
     class Selected(Message):
         def __init__(self, user: int) -> None:
             super().__init__()
@@ -167,7 +176,9 @@ class UsersTable(ScrollView, can_focus=True):
 
     def __init__(self) -> None:
         super().__init__(id="users")
-        self.users: list[int] = []
+        self.users: list[int | None] = []
+        """The user at each row (None: a row not sent yet, outside the shown window)."""
+        self._window: tuple[int, int] | None = None
         self.cells: dict[int, tuple[str, ...]] = {}
         self._states: dict[int, str] = {}
         self._strips: dict[int, Strip] = {}
@@ -179,20 +190,41 @@ class UsersTable(ScrollView, can_focus=True):
     def row_count(self) -> int:
         return len(self.users)
 
-    def show(self, rows: tuple[UserRow, ...]) -> None:
-        """Write the rows that changed; the others are not touched."""
-        if len(rows) != len(self.users):
-            self.users = [r.user for r in rows]
-            self.virtual_size = Size(table_width(self.columns), len(rows) + 1)
+    def show(self, rows: tuple[UserRow, ...], first: int = 0, total: int | None = None) -> None:
+        """Write the rows that changed; the others are not touched. ``rows`` may be a
+        window of the run's ``total`` users, starting at row ``first``."""
+        total = len(rows) if total is None else total
+        if total != len(self.users):
+            self.users = (self.users + [None] * total)[:total]
+            self.virtual_size = Size(table_width(self.columns), total + 1)
             self.refresh()
         self._fit()
-        for i, row in enumerate(rows):
+        for i, row in enumerate(rows, first):
+            if i >= total:
+                break
             cells = user_cells(row)
-            if self.cells.get(row.user) != cells:
+            if self.users[i] != row.user or self.cells.get(row.user) != cells:
+                self.users[i] = row.user
                 self.cells[row.user] = cells
                 self._states[row.user] = state_of(row)
                 self._strips.pop(i, None)
                 self._refresh_row(i)
+        self._say_window()
+
+    def _say_window(self) -> None:
+        """Post ``Window`` when the rows the table may show have changed."""
+        height = max(1, self.size.height - 1)
+        top = round(self.scroll_offset.y)
+        start = max(0, min(top - height, self.cursor))
+        end = max(top + 2 * height, self.cursor + 1)
+        window = (start, end - start)
+        if window != self._window:
+            self._window = window
+            self.post_message(self.Window(*window))
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self._say_window()
 
     def _fit(self) -> None:
         """Choose the columns for the current width; repaint everything only if they change."""
@@ -205,6 +237,7 @@ class UsersTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._fit()
+        self._say_window()
 
     def _refresh_row(self, index: int) -> None:
         y = index + 1 - self.scroll_offset.y
@@ -227,6 +260,8 @@ class UsersTable(ScrollView, can_focus=True):
 
     def _row_strip(self, index: int) -> Strip:
         user = self.users[index]
+        if user is None:  # not sent yet: it comes with the next tick after a scroll
+            return Strip.blank(table_width(self.columns))
         strip = Strip(line_segments(self.cells[user], self._states[user], self.columns))
         self._strips[index] = strip
         return strip
@@ -253,8 +288,9 @@ class UsersTable(ScrollView, can_focus=True):
             self.cursor = max(0, min(len(self.users) - 1, self.cursor + delta))
 
     def action_select(self) -> None:
-        if 0 <= self.cursor < len(self.users):
-            self.post_message(self.Selected(self.users[self.cursor]))
+        user = self.users[self.cursor] if 0 <= self.cursor < len(self.users) else None
+        if user is not None:
+            self.post_message(self.Selected(user))
 
     def on_click(self, event: object) -> None:
         y = getattr(event, "y", 0)
