@@ -118,7 +118,7 @@ async def test_the_table_shows_a_window_of_rows_and_says_which() -> None:
     yet is blank until the next tick brings it."""
     full = snapshot(n_users=500)
     said: list[tuple[int, int] | None] = []
-    current = [replace(full, users=full.users[:60], users_first=0, users_total=500)]
+    current = [full]  # the first ticks, before the view has said: every row
     sink = TuiSink(
         HEADER,
         lambda: current[0],
@@ -132,6 +132,10 @@ async def test_the_table_shows_a_window_of_rows_and_says_which() -> None:
     async with app.run_test(size=(160, 50)) as pilot:
         table = app.query_one(UsersTable)
         await pilot.pause()
+        assert table.users == list(range(500))
+        current[0] = replace(full, users=full.users[:60], users_first=0, users_total=500)
+        app.tick()
+        await pilot.pause()
         assert table.row_count == 500
         assert table.users[:60] == list(range(60)) and table.users[60:] == [None] * 440
         assert said and said[-1] is not None
@@ -142,10 +146,11 @@ async def test_the_table_shows_a_window_of_rows_and_says_which() -> None:
         assert said[-1] is not None
         first, count = said[-1]
         assert first <= 300 and 300 + table.size.height <= first + count
-        assert "u300 " not in screen_text(app)  # not sent yet
+        assert "u300 " not in screen_text(app)  # not sent yet: blank, not stale
         window = full.users[first : first + count]
         current[0] = replace(full, users=window, users_first=first, users_total=500)
         app.tick()
         await pilot.pause()
         assert "│ u300 " in screen_text(app)
         assert table.users[first : first + count] == [r.user for r in window]
+        assert set(table.users[:first] + table.users[first + count :]) == {None}

@@ -179,6 +179,9 @@ class UsersTable(ScrollView, can_focus=True):
         self.users: list[int | None] = []
         """The user at each row (None: a row not sent yet, outside the shown window)."""
         self._window: tuple[int, int] | None = None
+        """The rows last asked for (``Window``)."""
+        self._window_rows = range(0)
+        """The rows the last snapshot held."""
         self.cells: dict[int, tuple[str, ...]] = {}
         self._states: dict[int, str] = {}
         self._strips: dict[int, Strip] = {}
@@ -199,6 +202,13 @@ class UsersTable(ScrollView, can_focus=True):
             self.virtual_size = Size(table_width(self.columns), total + 1)
             self.refresh()
         self._fit()
+        window = range(first, min(first + len(rows), total))
+        for i in self._window_rows:  # rows the last tick had and this one has not: blank
+            if i not in window and i < total and self.users[i] is not None:
+                self.users[i] = None  # not stale figures shown as today's
+                self._strips.pop(i, None)
+                self._refresh_row(i)
+        self._window_rows = window
         for i, row in enumerate(rows, first):
             if i >= total:
                 break
