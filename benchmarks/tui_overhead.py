@@ -87,8 +87,9 @@ def view_process(*args: Any, **kwargs: Any) -> TuiProcess:
     return TuiProcess(*args, args=("--headless", "x".join(map(str, SIZE))), **kwargs)
 
 
-def view_on_loop(*args: Any, **kwargs: Any) -> TuiSink:
-    """The same Textual app on the run's own event loop (virtual screen)."""
+def view_on_loop(*args: Any, child: object = None, **kwargs: Any) -> TuiSink:
+    """The same Textual app on the run's own event loop (virtual screen); no child process
+    (``stress run`` starts one early: here the run is started without it)."""
     return TuiSink(*args, headless=True, size=SIZE, **kwargs)
 
 
