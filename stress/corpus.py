@@ -399,13 +399,9 @@ class Corpus:
         sources = [doc.name]
         parts: list[str] = []
         n = 0
-        prev: _Doc | None = None  # the document of the last whole paragraph taken (i - 1)
-        prev_i = 0
+        prev: tuple[_Doc, int] | None = None  # the last whole paragraph taken
         while n < target:
-            join = 0
-            if prev is not None:  # measured once per paragraph (shipped with a bundled corpus)
-                join_n = prev.joins[prev_i] if prev.joins else None
-                join = join_n if join_n is not None else self._join_tokens(prev, prev_i)
+            join = self._join_tokens(*prev) if prev is not None else 0
             room = target - n - join
             count = doc.counts[i]
             if count > room:
@@ -417,18 +413,17 @@ class Corpus:
                 break
             parts.append(doc.paragraphs[i])
             n += join + count
-            prev, prev_i = doc, i
+            prev = (doc, i)
             i += 1
             if i >= len(doc.paragraphs):
                 d, i = (d + 1) % len(docs), 0
                 doc = docs[d]
                 sources.append(doc.name)
-        text = parts[0] if len(parts) == 1 else "\n\n".join(parts)
+        text = "\n\n".join(parts)
         if n > hi:  # a cut that re-encodes one token longer, at the very top of the range
             text = self._cut(text, hi)
             n = self.tok.count(text)
-        source = sources[0] if len(sources) == 1 else "+".join(dict.fromkeys(sources))
-        return Excerpt(text=text, tokens=n, source=source)
+        return Excerpt(text=text, tokens=n, source="+".join(dict.fromkeys(sources)))
 
     def _excerpt_measured(self, target: int, d: int, i: int, lo: int, hi: int) -> Excerpt:
         """``excerpt`` for a tokenizer without ids: paragraph counts are summed to get

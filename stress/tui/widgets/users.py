@@ -178,7 +178,7 @@ class UsersTable(ScrollView, can_focus=True):
         super().__init__(id="users")
         self.users: list[int | None] = []
         """The user at each row (None: a row not sent yet, outside the shown window)."""
-        self._window: tuple[int, int] | None = None
+        self._asked: tuple[int, int] | None = None
         """The rows last asked for (``Window``)."""
         self._window_rows = range(0)
         """The rows the last snapshot held."""
@@ -228,8 +228,8 @@ class UsersTable(ScrollView, can_focus=True):
         start = max(0, min(top - height, self.cursor))
         end = max(top + 2 * height, self.cursor + 1)
         window = (start, end - start)
-        if window != self._window:
-            self._window = window
+        if window != self._asked:
+            self._asked = window
             self.post_message(self.Window(*window))
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
