@@ -284,8 +284,11 @@ def run_loop(coro_factory: Callable[[], Coroutine[Any, Any, object]]) -> object:
 
 
 @contextlib.contextmanager
-def paced_server(cpu: int | None = 1, log_dir: Path | None = None) -> Iterator[tuple[str, Path]]:
-    """Start ``paced_server.py`` on ``cpu``; yield its URL and the log it writes on exit.
+def paced_server(
+    cpu: int | None = 1, log_dir: Path | None = None, clock: str = "stream"
+) -> Iterator[tuple[str, Path]]:
+    """Start ``paced_server.py`` on ``cpu`` with its ``clock`` (``stream`` or ``step``);
+    yield its URL and the log it writes on exit.
 
     The log appears once the context has exited; pass ``log_dir`` to read it afterwards
     (otherwise it goes to a temporary folder removed at exit).
@@ -297,6 +300,7 @@ def paced_server(cpu: int | None = 1, log_dir: Path | None = None) -> Iterator[t
         port = free_port()
         script = Path(__file__).with_name("paced_server.py")
         cmd = [sys.executable, str(script), "--port", str(port), "--log", str(log)]
+        cmd += ["--clock", clock]
         if cpu is not None:
             cmd = ["taskset", "-c", str(cpu), *cmd]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)

@@ -47,7 +47,11 @@ Parts (``--parts``, all by default):
   per-chunk part (cpu per request = a + b x chunks per request, from the two lengths).
 - ``paced``: ``paced_server.py`` writes one chunk per read every 10 ms, ``--paced-streams``
   streams of 100-chunk replies for ``--paced-duration`` seconds: CPU us per chunk, ratio;
-  with ``--paced-short-chunks`` (default 25) the same split per request and per chunk.
+  with ``--paced-short-chunks`` (default 25) the same split per request and per chunk. Once
+  per ``--paced-clock``: ``stream`` (each stream paced from its own request's arrival) and
+  ``step`` (one decode step for every stream, as a batching server writes an engine step);
+  under each run, the paced server's wakes and CPU over it (the client's wakes follow the
+  server's, and with the ``stream`` clock the server's follow the client's timing).
 - ``tui``: adds a ``stress+tui`` run to the first burst level and to paced, per repeat.
 - ``rss``: RSS of the headless stress process at ``--rss-streams`` (256) streams, burst:
   when the first request went out, the steady peak, and the whole command's peak (the
@@ -672,19 +676,54 @@ def part_burst(args: argparse.Namespace, tmp: Path, rss: dict[int, list[Run]]) -
 
 
 def part_paced(args: argparse.Namespace, tmp: Path) -> None:
+    for clock in args.paced_clock:
+        paced_clock(args, tmp, clock)
+
+
+class ServerLoad:
+    """The paced server's wakes (voluntary context switches) and CPU from now on: its wakes
+    follow where the streams' chunks fall, and the client's wakes follow its."""
+
+    def __init__(self, proc: psutil.Process) -> None:
+        self.proc = proc
+        self.t = time.perf_counter()
+        self.wakes = proc.num_ctx_switches().voluntary
+        self.cpu = sum(proc.cpu_times()[:2])
+
+    def since(self) -> str:
+        dt = time.perf_counter() - self.t
+        wakes = (self.proc.num_ctx_switches().voluntary - self.wakes) / dt
+        cpu = (sum(self.proc.cpu_times()[:2]) - self.cpu) / dt * 100
+        return (
+            f"the paced server over the client's whole run: {wakes:,.0f} wakes/s, "
+            f"{cpu:.1f}% of a core"
+        )
+
+
+PACED_CLOCKS = {
+    "stream": "each stream paced from its own request's arrival",
+    "step": "one decode step for every stream, as a batching server writes an engine step",
+}
+
+
+def paced_clock(args: argparse.Namespace, tmp: Path, clock: str) -> None:
     streams, dur = args.paced_streams, args.paced_duration
     lengths = [int(PACED["chunks"])] + (
         [args.paced_short_chunks] if args.paced_short_chunks else []
     )
     print(
-        f"\n# paced: paced_server.py on cpu {args.server_cpu}, one chunk per read every "
-        f"{PACED['gap_ms']:g} ms, {' and '.join(map(str, lengths))}-chunk replies, {streams} "
+        f"\n# paced, {clock} clock ({PACED_CLOCKS[clock]}): paced_server.py on cpu "
+        f"{args.server_cpu}, one chunk per read every {PACED['gap_ms']:g} ms, "
+        f"{' and '.join(map(str, lengths))}-chunk replies, {streams} "
         f"streams; {dur:g} s per run, the first {args.warmup:g} s after the first request not "
         "counted",
         flush=True,
     )
     runs: dict[tuple[int, str], list[Run]] = {}
-    with paced_server(args.server_cpu) as (url, _log):
+    with paced_server(args.server_cpu, clock=clock) as (url, _log):
+        server = next(
+            c for c in psutil.Process().children() if "paced_server.py" in " ".join(c.cmdline())
+        )
         for r in range(args.repeat):
             for n in lengths:
                 spec = {**PACED, "chunks": n}
@@ -696,15 +735,17 @@ def part_paced(args: argparse.Namespace, tmp: Path) -> None:
                 if "tui" in args.parts and n == lengths[0]:
                     order.append("stress+tui")
                 for who in order:
+                    before = ServerLoad(server)
                     if who == "reference":
                         run = run_reference(url, body, streams, dur, args, tmp)
                     else:
                         run = run_stress(scen, streams, dur, args, tmp, who == "stress+tui")
                     runs.setdefault((n, who), []).append(run)
-                    print(f"{run.line()} [paced {n}-chunk, repeat {r + 1}]", flush=True)
+                    print(f"{run.line()} [paced {clock} {n}-chunk, repeat {r + 1}]", flush=True)
+                    print(f"    {before.since()}", flush=True)
     for n in lengths:
         summarise(
-            f"paced, {streams} streams, {n}-chunk replies",
+            f"paced, {clock} clock, {streams} streams, {n}-chunk replies",
             {w: v for (m, w), v in runs.items() if m == n},
         )
     if len(lengths) > 1:
@@ -712,7 +753,7 @@ def part_paced(args: argparse.Namespace, tmp: Path) -> None:
             a, b = split(runs[(lengths[1], who)], runs[(lengths[0], who)])
             print(
                 f"    {who:<10} per request {mean_spread(a, 1)} us + per chunk "
-                f"{mean_spread(b, 2)} us (paced, from the two reply lengths)"
+                f"{mean_spread(b, 2)} us (paced, {clock} clock, from the two reply lengths)"
             )
     tui, head = runs.get((lengths[0], "stress+tui"), []), runs.get((lengths[0], "stress"), [])
     if tui and head:
@@ -847,6 +888,14 @@ def main() -> None:
     ap.add_argument("--paced-streams", type=int, default=64)
     ap.add_argument(
         "--paced-duration", type=float, default=12.0, help="seconds each paced client runs"
+    )
+    ap.add_argument(
+        "--paced-clock",
+        nargs="+",
+        choices=["stream", "step"],
+        default=["stream", "step"],
+        help="paced_server.py's clocks, each measured apart: stream (each stream paced from "
+        "its own arrival) and step (one decode step for every stream, as a batching server)",
     )
     ap.add_argument(
         "--paced-short-chunks",
