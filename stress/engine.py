@@ -803,6 +803,8 @@ class Engine:
 
     def _request_events(self, rec: RequestRecord) -> None:
         """One event per failed, empty or stalled request, for events.jsonl and the panel."""
+        if rec.outcome == "ok":  # the common case: no event, nothing to format
+            return
         who = f"user {rec.user} round {rec.round}"
         if self.phase != "main":
             who += f" ({self.phase})"

@@ -302,15 +302,19 @@ class RunningPercentile:
 
     def add(self, value: float) -> None:
         lo, hi = self._lo, self._hi
-        if len(lo) and value > -lo.top():
+        n_lo, n = len(lo._a), len(lo._a) + len(hi._a) + 1  # the arrays' len: no Python call
+        if n_lo and value > -lo._a[0]:
             hi.push(value)
         else:
             lo.push(-value)
-        want = math.floor(self._q * (len(lo) + len(hi) - 1)) + 1
-        while len(lo) > want:
+            n_lo += 1
+        want = math.floor(self._q * (n - 1)) + 1
+        while n_lo > want:
             hi.push(-lo.pop())
-        while len(lo) < want:
+            n_lo -= 1
+        while n_lo < want:
             lo.push(-hi.pop())
+            n_lo += 1
 
     def value(self) -> float | None:
         lo, hi = self._lo, self._hi
