@@ -281,23 +281,17 @@ def _check_ok(rec: RequestRecord) -> None:
     """An ``ok`` needs a 2xx status, a duration and a finish_reason; an error needs a class."""
     if rec.outcome == "ok":
         status = rec.http_status
-        bad_status = status is None or not 200 <= status < 300
-        if (  # the messages are written only for a record that fails the check
-            bad_status
-            or rec.e2e_s is None
-            or rec.finish_reason is None
-            or rec.error_class is not None
-        ):
-            missing = [
-                what
-                for what, bad in (
-                    (f"HTTP status 2xx (got {status})", bad_status),
-                    ("e2e_s", rec.e2e_s is None),
-                    ("a finish_reason", rec.finish_reason is None),
-                    ("no error class", rec.error_class is not None),
-                )
-                if bad
-            ]
+        missing = [
+            what
+            for what, bad in (
+                (f"HTTP status 2xx (got {status})", status is None or not 200 <= status < 300),
+                ("e2e_s", rec.e2e_s is None),
+                ("a finish_reason", rec.finish_reason is None),
+                ("no error class", rec.error_class is not None),
+            )
+            if bad
+        ]
+        if missing:
             rec.outcome = "error"
             rec.error_class = "client_error"
             rec.error = "stress's own check refused an ok without " + ", ".join(missing)

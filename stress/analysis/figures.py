@@ -302,7 +302,8 @@ class RunningPercentile:
 
     def add(self, value: float) -> None:
         lo, hi = self._lo, self._hi
-        n_lo, n = len(lo._a), len(lo._a) + len(hi._a) + 1  # the arrays' len: no Python call
+        n_lo = len(lo._a)  # the arrays' own len: no Python __len__ call
+        n = n_lo + len(hi._a) + 1  # values held once this one is in
         if n_lo and value > -lo._a[0]:
             hi.push(value)
         else:
