@@ -217,6 +217,9 @@ class Engine:
         self._starter: asyncio.Task[None] | None = None
         self.counters = counters or RunCounters()
         self._requests = 0
+        self._ended: list[tuple[RequestRecord, array[float] | None, float]] = []
+        """Requests ended but not yet written (``_finish_after_send``): record, token
+        times, run time at the end."""
         self._past_warmup = 0
         self._warm_rounds = scenario.warmup.rounds
         self._histories: dict[int, History] = {}
@@ -254,6 +257,12 @@ class Engine:
     async def run(self, t_phase: float | None = None) -> EngineResult:
         """Run the phase; ``t_phase``: its start (perf time) when several processes share
         it, so every worker's ramp-up counts from the same instant."""
+        try:
+            return await self._run(t_phase)
+        finally:  # however the phase ends, every ended request is written before it returns
+            self._write_ended_all()
+
+    async def _run(self, t_phase: float | None) -> EngineResult:
         sc = self.sc
         loop = asyncio.get_running_loop()
         await self._build_histories()
@@ -409,6 +418,7 @@ class Engine:
 
     def _session_ended(self, u: int, rounds_done: int, reason: str) -> None:
         """One ``session_ended`` event per arrival (the run directory's arrival record)."""
+        self._write_ended_all()  # the session's last record before its row goes
         t_arrival, t_start, rounds = self._sessions.pop(u, (0.0, 0.0, 0))
         if reason != "backlog":
             self._active -= 1
@@ -740,7 +750,7 @@ class Engine:
                 rec.error = f"{type(e).__name__}: {e}"[:500]
                 raise
             finally:
-                self._finish(rec, token_times)
+                self._finish_after_send(rec, token_times)
             if rec.outcome in ("ok", "reasoning_only"):
                 # the server's count of the reply, when it gave one for what is kept
                 served = rec.tokens_source == "usage" and (
@@ -792,14 +802,53 @@ class Engine:
         )
 
     def _finish(self, rec: RequestRecord, token_times: array[float] | None = None) -> None:
+        """A request has ended: its record, events and live state, then what it decides
+        (its count, a limit's stop), at once."""
+        self._write_ended(rec, token_times, self.now())
+        reason = self._count(rec)
+        if reason is not None:
+            self.request_stop(reason)
+
+    def _finish_after_send(
+        self, rec: RequestRecord, token_times: array[float] | None = None
+    ) -> None:
+        """A user's request has ended: what decides the run (its count, a limit's stop)
+        now; its record, events and live state when the loop next turns. With no think time
+        that is after the user's next request went out: the ~30 us of writing them no
+        longer sits between a reply's end and the next request (on a server that paces
+        each stream from its request's arrival, that turnaround spread the streams' chunks
+        over more wakes of both processes: docs/performance.md). Nothing is lost: the
+        record stays in the recorder's in-flight set until written, and ``run`` (and a
+        session's end) writes what is left. A request that did not end ``ok``, or crossed a
+        limit, is written at once, so its events come before what follows from it."""
+        self._ended.append((rec, token_times, self.now()))
+        reason = self._count(rec)
+        if rec.outcome == "ok" and reason is None:
+            if len(self._ended) == 1:
+                asyncio.get_running_loop().call_soon(self._write_ended_all)
+            return
+        self._write_ended_all()
+        if reason is not None:
+            self.request_stop(reason)
+
+    def _count(self, rec: RequestRecord) -> str | None:
+        """Count an ended request; the limit it crossed, if any (the caller stops the run
+        once the request is written: its record comes before the stop's event)."""
+        self._requests += 1
+        return count_request(self.counters, rec, self.sc.limits) if self._limits else None
+
+    def _write_ended(
+        self, rec: RequestRecord, token_times: array[float] | None, t_end: float
+    ) -> None:
         self.recorder.write_request(rec, token_times)
         self._request_events(rec)
-        self.live.on_record(rec, self.now())
-        self._requests += 1
-        if self._limits:
-            reason = count_request(self.counters, rec, self.sc.limits)
-            if reason is not None:
-                self.request_stop(reason)
+        self.live.on_record(rec, t_end)
+
+    def _write_ended_all(self) -> None:
+        """Write the requests ``_finish_after_send`` holds, in the order they ended."""
+        ended, self._ended = self._ended, []
+        for rec, token_times, t_end in ended:
+            self._write_ended(rec, token_times, t_end)
 
     def _request_events(self, rec: RequestRecord) -> None:
         """One event per failed, empty or stalled request, for events.jsonl and the panel."""

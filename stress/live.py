@@ -324,7 +324,8 @@ class Live:
     def on_record(self, rec: RequestRecord, t_end: float) -> None:
         self.in_flight -= 1
         u = self._user(rec.user)
-        u.in_flight = None
+        if u.in_flight is rec:  # else the user's next request is already out
+            u.in_flight = None
         u.last_request_id = rec.request_id
         self.outcomes[rec.outcome] += 1
         if rec.error_class:

@@ -39,13 +39,14 @@ def make(
     paste_on: str = "every",
     start: str | None = None,
     warmup: int = 1,
+    think: str = "{min: 0s, max: 0.01s}",
 ) -> Any:
     start_line = f"\n  start_tokens: {start}" if start is not None else ""
     p = tmp_path / "s.yaml"
     p.write_text(f"""\
 name: engine_test
 target: {{url: "{url}"}}
-users: {{count: {users}, think_time: {{min: 0s, max: 0.01s}}}}
+users: {{count: {users}, think_time: {think}}}
 rounds: {rounds}
 conversation:
   cache: {cache}
@@ -304,6 +305,56 @@ async def test_a_crashed_user_still_leaves_one_true_record(tmp_path: Path) -> No
     assert kinds == ["request_failed", "user_crashed"]
     state = orjson.loads((run_dir / "state.json").read_bytes())
     assert (state["sent"], state["recorded"], state["in_flight_count"]) == (1, 1, 0)
+
+
+class _OrderedRecorder(Recorder):
+    """The real recorder, noting the order the engine calls it in."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(run_dir)
+        self.calls: list[tuple[str, int, int]] = []
+
+    def request_started(self, rec: RequestRecord) -> None:
+        self.calls.append(("sent", rec.user, rec.round))
+        super().request_started(rec)
+
+    def write_request(self, rec: RequestRecord, token_times: array[float] | None = None) -> None:
+        self.calls.append(("written", rec.user, rec.round))
+        super().write_request(rec, token_times)
+
+
+async def test_with_no_think_time_the_next_request_leaves_before_the_last_is_written(
+    tmp_path: Path,
+) -> None:
+    """An ``ok`` request's record, events and live state are written once the loop turns:
+    with no think time the user's next request is already out, and at the run's end every
+    record is on disk and the live state agrees (no request left in flight)."""
+    async with serve(FakeServer(script=reply_script)) as server:
+        sc = make(tmp_path, server.url, users=2, rounds=4, think="{min: 0s, max: 0s}").scenario
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        recorder = _OrderedRecorder(run_dir)
+        client = ChatClient(
+            server.url, {}, TimeoutPolicy(5, 5, 5, 30), limit=4, clock_t0=time.perf_counter()
+        )
+        live = Live(2)
+        engine = Engine(sc, client, recorder, live, None, "fake-model", "n", time.perf_counter())
+        result = await engine.run()
+        await client.close()
+        recorder.close()
+    calls = recorder.calls
+    for u in (0, 1):
+        for r in (1, 2, 3):
+            assert calls.index(("sent", u, r + 1)) < calls.index(("written", u, r)), calls
+    assert sorted(c for c in calls if c[0] == "written") == sorted(
+        ("written", u, r) for u in (0, 1) for r in (1, 2, 3, 4)
+    )
+    assert result.requests == 8 and len(lines(run_dir)) == 8
+    state = orjson.loads((run_dir / "state.json").read_bytes())
+    assert (state["sent"], state["recorded"], state["in_flight_count"]) == (8, 8, 0)
+    snap = live.snapshot(engine.now())
+    assert snap.in_flight == 0 and snap.outcomes["ok"] == sum(snap.outcomes.values()) == 8
+    assert [(row.round, row.ok) for row in snap.users] == [(4, 4), (4, 4)]
 
 
 # --- issue 14: conversations that start at a given length --------------------------------

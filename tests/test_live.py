@@ -259,3 +259,19 @@ def test_a_snapshot_of_a_window_of_rows_keeps_the_whole_runs_figures() -> None:
     end = live.snapshot(1.0, (95, 25))  # past the last user: what there is
     assert [r.user for r in end.users] == list(range(95, 100)) and end.users_total == 100
     assert live.snapshot(1.0, (500, 10)).users == ()
+
+
+def test_a_record_written_after_the_users_next_send_leaves_that_request_in_flight() -> None:
+    """The engine writes an ``ok`` request's record once the loop turns, after the user's
+    next request went out (``Engine._finish_after_send``): the row keeps the new one."""
+    live = Live(1)
+    first = sent(live, 0, t_start=1.0)
+    first.outcome, first.round = "ok", 1
+    second = RequestRecord(user=0, conversation=1, round=2, turn=2, t_start=2.0)
+    live.on_send(second)
+    live.on_record(first, 2.0)
+    [row] = live.snapshot(2.5).users
+    assert (row.round, row.ok, row.state) == (2, 1, "waiting")
+    assert live.in_flight == 1 and live._users[0].in_flight is second
+    live.on_record(second, 3.0)
+    assert live.in_flight == 0 and live._users[0].in_flight is None
