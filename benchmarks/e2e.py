@@ -848,7 +848,16 @@ def part_start(args: argparse.Namespace, tmp: Path) -> None:
 
 
 def revision() -> str:
-    """The commit measured, and whether the working tree differs from it."""
+    """The commit measured, and whether the working tree differs from it. A copy whose git
+    metadata is older than its files (the device machine gets the session's first commit's)
+    is named by ``E2E_REVISION``, printed beside what git says there."""
+    given = os.environ.get("E2E_REVISION")
+    if given:
+        return f"{given} (E2E_REVISION; git here: {_git_revision()})"
+    return _git_revision()
+
+
+def _git_revision() -> str:
     try:
         out = subprocess.run(
             ["git", "describe", "--always", "--dirty"],
