@@ -218,7 +218,7 @@ class Engine:
         self.counters = counters or RunCounters()
         self._requests = 0
         self._ended: list[tuple[RequestRecord, array[float] | None, float]] = []
-        """Requests ended but not yet written (``_finish_after_send``): record, token
+        """Requests ended but not yet written (``_finish``): record, token
         times, run time at the end."""
         self._past_warmup = 0
         self._warm_rounds = scenario.warmup.rounds
@@ -260,7 +260,7 @@ class Engine:
         try:
             return await self._run(t_phase)
         finally:  # however the phase ends, every ended request is written before it returns
-            self._write_ended_all()
+            self._write_ended()
 
     async def _run(self, t_phase: float | None) -> EngineResult:
         sc = self.sc
@@ -418,7 +418,7 @@ class Engine:
 
     def _session_ended(self, u: int, rounds_done: int, reason: str) -> None:
         """One ``session_ended`` event per arrival (the run directory's arrival record)."""
-        self._write_ended_all()  # the session's last record before its row goes
+        self._write_ended()  # the session's last record before its row goes
         t_arrival, t_start, rounds = self._sessions.pop(u, (0.0, 0.0, 0))
         if reason != "backlog":
             self._active -= 1
@@ -750,7 +750,7 @@ class Engine:
                 rec.error = f"{type(e).__name__}: {e}"[:500]
                 raise
             finally:
-                self._finish_after_send(rec, token_times)
+                self._finish(rec, token_times, defer=True)
             if rec.outcome in ("ok", "reasoning_only"):
                 # the server's count of the reply, when it gave one for what is kept
                 served = rec.tokens_source == "usage" and (
@@ -801,54 +801,38 @@ class Engine:
             keep_reasoning=spec.keep_reasoning,
         )
 
-    def _finish(self, rec: RequestRecord, token_times: array[float] | None = None) -> None:
-        """A request has ended: its record, events and live state, then what it decides
-        (its count, a limit's stop), at once."""
-        self._write_ended(rec, token_times, self.now())
-        reason = self._count(rec)
-        if reason is not None:
-            self.request_stop(reason)
-
-    def _finish_after_send(
-        self, rec: RequestRecord, token_times: array[float] | None = None
+    def _finish(
+        self, rec: RequestRecord, token_times: array[float] | None = None, *, defer: bool = False
     ) -> None:
-        """A user's request has ended: what decides the run (its count, a limit's stop)
-        now; its record, events and live state when the loop next turns. With no think time
-        that is after the user's next request went out: the ~30 us of writing them no
-        longer sits between a reply's end and the next request (on a server that paces
-        each stream from its request's arrival, that turnaround spread the streams' chunks
-        over more wakes of both processes: docs/performance.md). Nothing is lost: the
-        record stays in the recorder's in-flight set until written, and ``run`` (and a
-        session's end) writes what is left. A request that did not end ``ok``, or crossed a
-        limit, is written at once, so its events come before what follows from it."""
+        """A request has ended: what it decides (its count, a limit's stop) now, and its
+        record, events and live state, before any stop it causes.
+
+        ``defer`` (a user's turns): an ``ok`` request that crossed no limit is written when
+        the loop next turns. With no think time that is after the user's next request went
+        out: the ~30 us of writing no longer sit between a reply's end and the next request
+        (on a server that paces each stream from its request's arrival, that turnaround
+        spread the streams' chunks over more wakes of both processes: docs/performance.md).
+        Nothing is lost: the record stays in the recorder's in-flight set until written,
+        and ``run`` (and a session's end) writes what is held. Any other request is written
+        at once, so its events come before what follows from it."""
         self._ended.append((rec, token_times, self.now()))
-        reason = self._count(rec)
-        if rec.outcome == "ok" and reason is None:
+        self._requests += 1
+        reason = count_request(self.counters, rec, self.sc.limits) if self._limits else None
+        if defer and rec.outcome == "ok" and reason is None:
             if len(self._ended) == 1:
-                asyncio.get_running_loop().call_soon(self._write_ended_all)
+                asyncio.get_running_loop().call_soon(self._write_ended)
             return
-        self._write_ended_all()
+        self._write_ended()
         if reason is not None:
             self.request_stop(reason)
 
-    def _count(self, rec: RequestRecord) -> str | None:
-        """Count an ended request; the limit it crossed, if any (the caller stops the run
-        once the request is written: its record comes before the stop's event)."""
-        self._requests += 1
-        return count_request(self.counters, rec, self.sc.limits) if self._limits else None
-
-    def _write_ended(
-        self, rec: RequestRecord, token_times: array[float] | None, t_end: float
-    ) -> None:
-        self.recorder.write_request(rec, token_times)
-        self._request_events(rec)
-        self.live.on_record(rec, t_end)
-
-    def _write_ended_all(self) -> None:
-        """Write the requests ``_finish_after_send`` holds, in the order they ended."""
+    def _write_ended(self) -> None:
+        """Write the ended requests ``_finish`` holds, in the order they ended."""
         ended, self._ended = self._ended, []
         for rec, token_times, t_end in ended:
-            self._write_ended(rec, token_times, t_end)
+            self.recorder.write_request(rec, token_times)
+            self._request_events(rec)
+            self.live.on_record(rec, t_end)
 
     def _request_events(self, rec: RequestRecord) -> None:
         """One event per failed, empty or stalled request, for events.jsonl and the panel."""
