@@ -827,12 +827,31 @@ class Engine:
             self.request_stop(reason)
 
     def _write_ended(self) -> None:
-        """Write the ended requests ``_finish`` holds, in the order they ended."""
+        """Write the ended requests ``_finish`` holds, in the order they ended.
+
+        It often runs as a loop callback, where an exception would reach no user's task
+        (asyncio would print it and the records after it would be dropped): a failure to
+        write one request is a ``record_failed`` event, and the others are still written.
+        A record that never reached the recorder is also counted as lost by the report
+        (``records_lost``: sent against recorded)."""
         ended, self._ended = self._ended, []
         for rec, token_times, t_end in ended:
-            self.recorder.write_request(rec, token_times)
-            self._request_events(rec)
-            self.live.on_record(rec, t_end)
+            try:
+                self.recorder.write_request(rec, token_times)
+                self._request_events(rec)
+                self.live.on_record(rec, t_end)
+            except Exception as e:  # a bug of ours: said once per request, never a traceback
+                self.recorder.event(
+                    RunEvent(
+                        self.now(),
+                        "record_failed",
+                        f"user {rec.user} round {rec.round}: stress failed writing the "
+                        f"request's record: {type(e).__name__}: {e}"[:500],
+                        "error",
+                        user=rec.user,
+                        data={"round": rec.round, "request_id": rec.request_id},
+                    )
+                )
 
     def _request_events(self, rec: RequestRecord) -> None:
         """One event per failed, empty or stalled request, for events.jsonl and the panel."""

@@ -44,7 +44,7 @@ STALL_CLASSES = frozenset({"stall", "first_token_timeout"})
 REQUEST_EVENT_KINDS = frozenset({"request_failed", "empty_reply", "stall"})
 """Per-request events: one per bad request, so a flood is possible; the UIs rate-limit them."""
 RUN_FAILURE_KINDS = frozenset(
-    {"recorder_failed", "collector_failed", "user_crashed", "worker_died"}
+    {"recorder_failed", "record_failed", "collector_failed", "user_crashed", "worker_died"}
 )
 """Run-level failures: always shown at once, never rate-limited."""
 

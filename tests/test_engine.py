@@ -357,6 +357,57 @@ async def test_with_no_think_time_the_next_request_leaves_before_the_last_is_wri
     assert [(row.round, row.ok) for row in snap.users] == [(4, 4), (4, 4)]
 
 
+class _FailingRecorder(Recorder):
+    """The real recorder with a bug planted: user 1's second record cannot be written."""
+
+    def write_request(self, rec: RequestRecord, token_times: array[float] | None = None) -> None:
+        if (rec.user, rec.round) == (1, 2):
+            self._in_flight.pop(id(rec), None)
+            raise TypeError("planted: this record cannot be serialised")
+        super().write_request(rec, token_times)
+
+
+class _FailingLive(Live):
+    """The real live state with a bug planted: user 0's third record cannot be shown."""
+
+    def on_record(self, rec: RequestRecord, t_end: float) -> None:
+        if (rec.user, rec.round) == (0, 3):
+            raise KeyError("planted")
+        super().on_record(rec, t_end)
+
+
+async def test_a_record_that_cannot_be_written_is_an_event_and_the_others_are_kept(
+    tmp_path: Path,
+) -> None:
+    """Records are written when the loop next turns, from a callback no user's task would
+    see fail: a bug writing one request (its line, or its live state) is one
+    ``record_failed`` event, the records after it in the same turn are still written, and
+    both users go on to their last round (no ``user_crashed``)."""
+    async with serve(FakeServer(script=reply_script)) as server:
+        sc = make(tmp_path, server.url, users=2, rounds=4, think="{min: 0s, max: 0s}").scenario
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        recorder = _FailingRecorder(run_dir)
+        client = ChatClient(
+            server.url, {}, TimeoutPolicy(5, 5, 5, 30), limit=4, clock_t0=time.perf_counter()
+        )
+        live = _FailingLive(2)
+        engine = Engine(sc, client, recorder, live, None, "fake-model", "n", time.perf_counter())
+        result = await engine.run()
+        await client.close()
+        recorder.close()
+    assert result.requests == 8 and len(server.requests) == 8
+    written = sorted((r["user"], r["round"]) for r in lines(run_dir))
+    assert written == sorted((u, r) for u in (0, 1) for r in (1, 2, 3, 4) if (u, r) != (1, 2))
+    failed = sorted(
+        (e for e in events(run_dir) if e["severity"] != "info"), key=lambda e: e["user"]
+    )
+    got = [(e["kind"], e["user"], e["data"]["round"]) for e in failed]
+    assert got == [("record_failed", 0, 3), ("record_failed", 1, 2)]
+    assert failed[1]["message"].endswith("TypeError: planted: this record cannot be serialised")
+    assert [row.round for row in live.snapshot(engine.now()).users] == [4, 4]
+
+
 # --- issue 14: conversations that start at a given length --------------------------------
 
 

@@ -221,6 +221,14 @@ def health_warnings(files: RunFiles) -> list[dict[str, str]]:
             + (f". First: {first}" if first else "")
             + ".",
         )
+    unwritten = [e for e in events if e["kind"] == "record_failed"]
+    if unwritten:
+        warn(
+            "record_failed",
+            f"STRESS FAILED WRITING THE RECORD OF {_plural(len(unwritten), 'REQUEST')} (a bug "
+            "in stress: please report it with events.jsonl); a record that is missing is also "
+            f"counted as lost, and the run went on. First: {unwritten[0].get('message')}",
+        )
     died = [e for e in events if e["kind"] == "worker_died"]
     if died:
         lost = sum(int((e.get("data") or {}).get("in_flight") or 0) for e in died)

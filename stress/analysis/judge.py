@@ -92,6 +92,8 @@ class HealthCounts:
     workers_died: int = 0
     """Worker processes (``--workers``) that died during the run."""
     recorder_failed: int = 0
+    records_failed: int = 0
+    """Finished requests a bug in stress kept from being written (``record_failed``)."""
     collector_failed: int = 0
     incomplete: bool = False
     error_rate_limit: float = DEFAULT_ERROR_RATE
@@ -116,6 +118,8 @@ def health_findings(c: HealthCounts) -> list[Finding]:
             out.append(Finding("FAIL", code, _n(count, word)))
     if c.recorder_failed:
         out.append(Finding("FAIL", "recorder_failed", "recorder failed"))
+    if c.records_failed:
+        out.append(Finding("WARN", "record_failed", _n(c.records_failed, "unwritten record")))
     if c.collector_failed:
         out.append(Finding("WARN", "collector_failed", _n(c.collector_failed, "dead collector")))
     if c.odd_replies:
@@ -374,6 +378,7 @@ def make_verdict(run: RunData) -> Verdict:
             users_crashed=kinds["user_crashed"],
             workers_died=kinds["worker_died"],
             recorder_failed=kinds["recorder_failed"],
+            records_failed=kinds["record_failed"],
             collector_failed=kinds["collector_failed"],
             incomplete=not run.complete,
             error_rate_limit=error_rate_limit(run),

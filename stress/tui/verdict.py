@@ -74,6 +74,7 @@ def judge(
         users_crashed=kinds["user_crashed"],
         workers_died=kinds["worker_died"],
         recorder_failed=kinds["recorder_failed"],
+        records_failed=kinds["record_failed"],
         collector_failed=kinds["collector_failed"],
         error_rate_limit=float(rate) if isinstance(rate, int | float) else DEFAULT_ERROR_RATE,
     )

@@ -155,6 +155,12 @@ def test_crashed_user_and_hang_fail(tmp_path: Path) -> None:
     assert {"users_crashed", "hangs"} <= {f.code for f in v.findings}
 
 
+def test_a_record_stress_failed_to_write_warns_with_the_badges_words(tmp_path: Path) -> None:
+    v = _run(tmp_path, healthy(), events=[event("record_failed", 3.0, user=1)])
+    assert v.status == "WARN"
+    assert [(f.code, f.short) for f in v.findings] == [("record_failed", "1 unwritten record")]
+
+
 def test_slo_missed_by_19x_fails_and_by_1_1x_warns(tmp_path: Path) -> None:
     far = _run(tmp_path / "a", healthy(), slo={"ttft_p95": 0.066})
     near = _run(tmp_path / "b", healthy(), slo={"ttft_p95": 1.2})

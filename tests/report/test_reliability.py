@@ -60,6 +60,21 @@ def test_crashed_users_are_fail_with_count_and_time(
     assert "users_crashed" in codes(s)
 
 
+def test_a_record_stress_failed_to_write_is_warn_and_a_missing_one_is_lost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    msg = "user 1 round 2: stress failed writing the request's record: TypeError: boom"
+    ev = event("record_failed", 5.0, msg, user=1)
+    out, s = report(write_run(tmp_path / "a", manifest("bug"), _ok(4), events=[ev]), capsys)
+    assert out.startswith("WARN") and "record_failed" in codes(s)
+    assert "STRESS FAILED WRITING THE RECORD OF 1 REQUEST (a bug" in out and msg in out
+    d = write_run(tmp_path / "b", manifest("bug"), _ok(4), events=[ev])
+    state = {"t": 100.0, "sent": 5, "recorded": 4, "in_flight_count": 0, "finished": True}
+    (d / "state.json").write_bytes(orjson.dumps(state))  # the record itself is missing
+    out, s = report(d, capsys)
+    assert out.startswith("FAIL") and {"record_failed", "records_lost"} <= codes(s)
+
+
 def test_recorder_failure_is_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     man = manifest("disk")
     man["exit_reason"] = "recorder_failed"

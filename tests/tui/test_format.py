@@ -48,3 +48,5 @@ def test_verdict_levels() -> None:
     assert judge(few, Counter(), 0, 0).level == "warn"  # 0.5% failed: under slo.error_rate
     many = replace(clean, outcomes={**clean.outcomes, "ok": 95, "error": 5})
     assert judge(many, Counter(), 0, 0).reasons == ("5 errors (5.0%)",)
+    unwritten = judge(clean, Counter({"record_failed": 2}), 0, 0)  # as the verdict grades it
+    assert unwritten.level == "warn" and unwritten.reasons == ("2 unwritten records",)
