@@ -26,7 +26,7 @@ import orjson
 
 from stress.client import ChatClient
 from stress.conversation import MESSAGE_OVERHEAD, Conversation, History, build_history
-from stress.corpus import Corpus
+from stress.corpus import Corpus, Excerpt
 from stress.events import RunEvent
 from stress.record import RequestRecord
 from stress.replay import PromptBuilder, TraceRequest, implied_reuse
@@ -103,6 +103,25 @@ def shard_users(count: int, shard: tuple[int, int]) -> range:
     """The users of shard ``(k, n)``: user u runs in worker u % n (global ids kept)."""
     k, n = shard
     return range(k, count, n)
+
+
+@dataclass(slots=True)
+class _Ahead:
+    """The parts of a user's next turn that its reply does not decide, prepared after this
+    turn's requests went out, while the reply streams (``Engine._prepare_ahead``): the
+    turnaround from a reply's end to the next request then holds only what the reply
+    decides. Taken or, when not ready, made on the spot; either way the same."""
+
+    user: int
+    rng: random.Random
+    """The user's paste draws, a stream of their own: the k-th paste is the same whether
+    it was drawn ahead or on the spot."""
+    paste: Excerpt | None = None
+    conversation: Conversation | None = None
+    want_paste: bool = False
+    """The next turn pastes whatever the reply (``paste_on: every``)."""
+    next_index: int = 0
+    """The index of the conversation a rollover would open next."""
 
 
 @dataclass(slots=True)
@@ -220,12 +239,16 @@ class Engine:
         self._ended: list[tuple[RequestRecord, array[float] | None, float]] = []
         """Requests ended but not yet written (``_finish``): record, token
         times, run time at the end."""
+        self._ahead: list[_Ahead] = []
+        """Users whose next turn is to be prepared when the loop next turns."""
+        self._later_due = False
+        """``_later`` is scheduled for the loop's next turn."""
         self._past_warmup = 0
         self._warm_rounds = scenario.warmup.rounds
         self._histories: dict[int, History] = {}
+        """Pre-built history of each user's first conversation (taken when it starts)."""
         self._ask_tokens: dict[str, int] = {}
         """Tokens of each question the scenario asks (its ``ask:`` list), counted once."""
-        """Pre-built history of each user's first conversation (taken when it starts)."""
         self._t_phase = time.perf_counter()
         # open-loop sessions (``arrivals``): user ids are sessions, allocated on arrival
         self._backlog: deque[tuple[int, float]] = deque()
@@ -691,6 +714,9 @@ class Engine:
         if history is not None:  # the first conversation only
             conv.prefill(history)
         paste = conv_spec.turn.paste
+        ahead = _Ahead(u, random.Random(f"{sc.seed}:{u}:paste"))
+        ahead.want_paste = paste is not None and self.corpus is not None
+        ahead.want_paste &= conv_spec.turn.paste_on == "every"
         rnd = 0
         while not self.stop_new.is_set():
             if rounds is not None and rnd >= rounds:
@@ -704,7 +730,9 @@ class Engine:
             excerpt = None
             pastes = conv_spec.turn.paste_on == "every" or conv.turns == 0
             if paste is not None and self.corpus is not None and pastes:
-                excerpt = self.corpus.excerpt(rng, *self._paste_budget())
+                excerpt, ahead.paste = ahead.paste, None
+                if excerpt is None:
+                    excerpt = self.corpus.excerpt(ahead.rng, *self._paste_budget())
             question = rng.choice(conv_spec.turn.ask)
             q_tokens = self._ask_tokens.get(question)
             if q_tokens is None:  # each question of the scenario is counted once per run
@@ -712,7 +740,7 @@ class Engine:
             added = (excerpt.tokens if excerpt else 0) + q_tokens + MESSAGE_OVERHEAD
             if conv.turns > 0 and conv.known_tokens() + added > conv_spec.ceiling_tokens:
                 conv_index += 1
-                conv = self._new_conversation(u, conv_index)
+                conv = self._next_conversation(ahead, conv_index)
             user_text = conv.user_message(excerpt.text if excerpt else None, question)
             messages = conv.request_messages(user_text)
             # the message's parts are counted already: paste + "\n\n" + question (the
@@ -743,6 +771,10 @@ class Engine:
             self.recorder.request_started(rec)
             reply = Reply("", "")
             token_times: array[float] = array("d")  # when each text chunk arrived
+            if rounds is None or rnd < rounds:  # a next turn may come: prepare its parts
+                ahead.next_index = conv_index + 1
+                self._ahead.append(ahead)
+                self._schedule_later()
             try:
                 reply = await self.client.chat(body, rec, t_next, token_times)
             except Exception as e:  # the client broke its promise: the record still tells
@@ -780,7 +812,7 @@ class Engine:
                     )
                 )
                 conv_index += 1
-                conv = self._new_conversation(u, conv_index)
+                conv = self._next_conversation(ahead, conv_index)
             if sc.arrivals is not None and rnd >= (rounds or 0):
                 break  # the session's last round: it leaves without thinking again
             t_next = time.perf_counter() + think_seconds(rng, think)
@@ -789,6 +821,47 @@ class Engine:
             self.live.set_state(u, "thinking", until=t_next - self.t0)
             if not await self._sleep_until(t_next):
                 break
+
+    def _next_conversation(self, ahead: _Ahead, index: int) -> Conversation:
+        """Conversation ``index`` of the user: the one prepared ahead, else a new one."""
+        conv, ahead.conversation = ahead.conversation, None
+        if conv is None or conv.index != index:
+            conv = self._new_conversation(ahead.user, index)
+        return conv
+
+    def _schedule_later(self) -> None:
+        """Run ``_later`` when the loop next turns (once for all who ask in this turn)."""
+        if not self._later_due:
+            self._later_due = True
+            asyncio.get_running_loop().call_soon(self._later)
+
+    def _later(self) -> None:
+        """What waits for the loop's next turn, after this turn's requests went out: the
+        records of requests that ended ``ok`` (``_finish``) and the next turns' parts
+        (``_prepare_ahead``). With no think time, the users whose replies ended together
+        send one after the other, and whatever sits between two of those sends delays
+        the second: on a server that paces each stream from its request's arrival, that
+        spread the streams over more wakes of both processes (docs/performance.md)."""
+        self._later_due = False
+        self._write_ended()
+        self._prepare_ahead()
+
+    def _prepare_ahead(self) -> None:
+        """Draw the next paste and make the conversation a rollover would open, for each
+        user whose request just went out. A failure here is left to the user's own turn,
+        which makes the part on the spot and meets it there (``user_crashed``)."""
+        todo, self._ahead = self._ahead, []
+        if self.stop_new.is_set():
+            return
+        for ahead in todo:
+            try:
+                if ahead.want_paste and ahead.paste is None and self.corpus is not None:
+                    ahead.paste = self.corpus.excerpt(ahead.rng, *self._paste_budget())
+                conv = ahead.conversation
+                if conv is None or conv.index != ahead.next_index:
+                    ahead.conversation = self._new_conversation(ahead.user, ahead.next_index)
+            except Exception:  # the user's turn makes the part on the spot and says why
+                continue
 
     def _new_conversation(self, u: int, index: int) -> Conversation:
         spec = self.sc.conversation
@@ -819,8 +892,7 @@ class Engine:
         self._requests += 1
         reason = count_request(self.counters, rec, self.sc.limits) if self._limits else None
         if defer and rec.outcome == "ok" and reason is None:
-            if len(self._ended) == 1:
-                asyncio.get_running_loop().call_soon(self._write_ended)
+            self._schedule_later()
             return
         self._write_ended()
         if reason is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from array import array
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from aiohttp import web
 
 from stress.client import ChatClient, TimeoutPolicy
+from stress.corpus import Corpus, Excerpt
 from stress.engine import Engine
 from stress.live import Live
 from stress.record import RequestRecord
@@ -406,6 +408,59 @@ async def test_a_record_that_cannot_be_written_is_an_event_and_the_others_are_ke
     assert got == [("record_failed", 0, 3), ("record_failed", 1, 2)]
     assert failed[1]["message"].endswith("TypeError: planted: this record cannot be serialised")
     assert [row.round for row in live.snapshot(engine.now()).users] == [4, 4]
+
+
+class _TimedCorpus(Corpus):
+    """The real corpus, noting when each paste was drawn (perf time) and its text."""
+
+    drawn: list[tuple[float, str]]
+
+    def excerpt(self, rng: random.Random, lo: int, hi: int) -> Excerpt:
+        e = super().excerpt(rng, lo, hi)
+        self.drawn.append((time.perf_counter(), e.text))
+        return e
+
+
+async def slow_reply(request: web.Request, body: dict[str, Any], n: int) -> web.StreamResponse:
+    prompt = sum(len(m["content"]) for m in body["messages"]) // 4
+    parts = [chunk(f"reply-{n}"), chunk(" done", finish="stop"), usage_chunk(prompt, 2), DONE]
+    return await stream(request, parts, delay=0.05)  # ~0.2 s a reply
+
+
+async def test_the_next_paste_is_drawn_while_the_reply_streams(tmp_path: Path) -> None:
+    """With no think time, a user's next paste is drawn once its request went out, while
+    the reply streams, not between the reply's end and the next request; each user's
+    pastes are its own stream's draws in order (the same text on every run with the seed),
+    and nothing is drawn for a turn that will not come."""
+    async with serve(FakeServer(script=slow_reply)) as server:
+        sc = make(tmp_path, server.url, users=2, rounds=3, think="{min: 0s, max: 0s}").scenario
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        recorder = Recorder(run_dir)
+        t0 = time.perf_counter()
+        client = ChatClient(server.url, {}, TimeoutPolicy(5, 5, 5, 30), limit=4, clock_t0=t0)
+        corpus = _TimedCorpus(ROOT / "corpora" / "en")
+        corpus.drawn = []
+        engine = Engine(sc, client, recorder, Live(2), corpus, "fake-model", "n", t0)
+        await engine.run()
+        await client.close()
+        recorder.close()
+    when = {text: t - t0 for t, text in corpus.drawn}
+    assert len(corpus.drawn) == len(when) == 6  # three turns a user, no draw for a fourth
+    recs = {(r["user"], r["round"]): r for r in lines(run_dir)}
+    sent = [b["messages"][-1]["content"].rsplit("\n\n", 1)[0] for b in server.requests]
+    by_user: dict[int, list[str]] = {}
+    for body, paste in zip(server.requests, sent, strict=True):
+        u = int(first_content(body).split(" user ")[1].split()[0])
+        by_user.setdefault(u, []).append(paste)
+    assert sorted(by_user) == [0, 1]
+    for u, pastes in by_user.items():
+        own = random.Random(f"{sc.seed}:{u}:paste")
+        budget = sc.conversation.turn.paste.tokens
+        assert pastes == [Corpus.excerpt(corpus, own, *budget).text for _ in range(3)]
+        for rnd in (2, 3):  # drawn before the reply of the turn before it ended
+            assert when[pastes[rnd - 1]] < recs[(u, rnd - 1)]["t_last_byte"], (u, rnd)
+            assert when[pastes[rnd - 1]] > recs[(u, rnd - 1)]["t_start"], (u, rnd)
 
 
 # --- issue 14: conversations that start at a given length --------------------------------
