@@ -15,7 +15,7 @@ from aiohttp import web
 
 from stress.client import ChatClient, TimeoutPolicy
 from stress.corpus import Corpus, Excerpt
-from stress.engine import Engine
+from stress.engine import Engine, EngineResult
 from stress.live import Live
 from stress.record import RequestRecord
 from stress.recorder import Recorder
@@ -325,6 +325,20 @@ class _OrderedRecorder(Recorder):
         super().write_request(rec, token_times)
 
 
+async def run_engine(
+    sc: Any, url: str, recorder: Recorder, live: Live, corpus: Corpus | None = None
+) -> tuple[Engine, EngineResult]:
+    """One phase of the real engine with the real client against ``url``; the run clock
+    starts here (records' times and ``Engine.now`` share it)."""
+    t0 = time.perf_counter()
+    client = ChatClient(url, {}, TimeoutPolicy(5, 5, 5, 30), limit=4, clock_t0=t0)
+    engine = Engine(sc, client, recorder, live, corpus, "fake-model", "n", t0)
+    result = await engine.run()
+    await client.close()
+    recorder.close()
+    return engine, result
+
+
 async def test_with_no_think_time_the_next_request_leaves_before_the_last_is_written(
     tmp_path: Path,
 ) -> None:
@@ -336,14 +350,8 @@ async def test_with_no_think_time_the_next_request_leaves_before_the_last_is_wri
         run_dir = tmp_path / "run"
         run_dir.mkdir()
         recorder = _OrderedRecorder(run_dir)
-        client = ChatClient(
-            server.url, {}, TimeoutPolicy(5, 5, 5, 30), limit=4, clock_t0=time.perf_counter()
-        )
         live = Live(2)
-        engine = Engine(sc, client, recorder, live, None, "fake-model", "n", time.perf_counter())
-        result = await engine.run()
-        await client.close()
-        recorder.close()
+        engine, result = await run_engine(sc, server.url, recorder, live)
     calls = recorder.calls
     for u in (0, 1):
         for r in (1, 2, 3):
@@ -389,15 +397,8 @@ async def test_a_record_that_cannot_be_written_is_an_event_and_the_others_are_ke
         sc = make(tmp_path, server.url, users=2, rounds=4, think="{min: 0s, max: 0s}").scenario
         run_dir = tmp_path / "run"
         run_dir.mkdir()
-        recorder = _FailingRecorder(run_dir)
-        client = ChatClient(
-            server.url, {}, TimeoutPolicy(5, 5, 5, 30), limit=4, clock_t0=time.perf_counter()
-        )
         live = _FailingLive(2)
-        engine = Engine(sc, client, recorder, live, None, "fake-model", "n", time.perf_counter())
-        result = await engine.run()
-        await client.close()
-        recorder.close()
+        engine, result = await run_engine(sc, server.url, _FailingRecorder(run_dir), live)
     assert result.requests == 8 and len(server.requests) == 8
     written = sorted((r["user"], r["round"]) for r in lines(run_dir))
     assert written == sorted((u, r) for u in (0, 1) for r in (1, 2, 3, 4) if (u, r) != (1, 2))
@@ -436,16 +437,10 @@ async def test_the_next_paste_is_drawn_while_the_reply_streams(tmp_path: Path) -
         sc = make(tmp_path, server.url, users=2, rounds=3, think="{min: 0s, max: 0s}").scenario
         run_dir = tmp_path / "run"
         run_dir.mkdir()
-        recorder = Recorder(run_dir)
-        t0 = time.perf_counter()
-        client = ChatClient(server.url, {}, TimeoutPolicy(5, 5, 5, 30), limit=4, clock_t0=t0)
         corpus = _TimedCorpus(ROOT / "corpora" / "en")
         corpus.drawn = []
-        engine = Engine(sc, client, recorder, Live(2), corpus, "fake-model", "n", t0)
-        await engine.run()
-        await client.close()
-        recorder.close()
-    when = {text: t - t0 for t, text in corpus.drawn}
+        engine, _ = await run_engine(sc, server.url, Recorder(run_dir), Live(2), corpus)
+    when = {text: t - engine.t0 for t, text in corpus.drawn}
     assert len(corpus.drawn) == len(when) == 6  # three turns a user, no draw for a fourth
     recs = {(r["user"], r["round"]): r for r in lines(run_dir)}
     sent = [b["messages"][-1]["content"].rsplit("\n\n", 1)[0] for b in server.requests]
