@@ -730,9 +730,7 @@ class Engine:
             excerpt = None
             pastes = conv_spec.turn.paste_on == "every" or conv.turns == 0
             if paste is not None and self.corpus is not None and pastes:
-                excerpt, ahead.paste = ahead.paste, None
-                if excerpt is None:
-                    excerpt = self.corpus.excerpt(ahead.rng, *self._paste_budget())
+                excerpt, ahead.paste = ahead.paste or self._draw_paste(ahead), None
             question = rng.choice(conv_spec.turn.ask)
             q_tokens = self._ask_tokens.get(question)
             if q_tokens is None:  # each question of the scenario is counted once per run
@@ -822,6 +820,11 @@ class Engine:
             if not await self._sleep_until(t_next):
                 break
 
+    def _draw_paste(self, ahead: _Ahead) -> Excerpt:
+        """The user's next paste, from its own stream of draws."""
+        assert self.corpus is not None
+        return self.corpus.excerpt(ahead.rng, *self._paste_budget())
+
     def _next_conversation(self, ahead: _Ahead, index: int) -> Conversation:
         """Conversation ``index`` of the user: the one prepared ahead, else a new one."""
         conv, ahead.conversation = ahead.conversation, None
@@ -855,8 +858,8 @@ class Engine:
             return
         for ahead in todo:
             try:
-                if ahead.want_paste and ahead.paste is None and self.corpus is not None:
-                    ahead.paste = self.corpus.excerpt(ahead.rng, *self._paste_budget())
+                if ahead.want_paste and ahead.paste is None:
+                    ahead.paste = self._draw_paste(ahead)
                 conv = ahead.conversation
                 if conv is None or conv.index != ahead.next_index:
                     ahead.conversation = self._new_conversation(ahead.user, ahead.next_index)

@@ -96,16 +96,18 @@ async def test_request_events_are_rate_limited_and_run_failures_are_not() -> Non
         RunEvent(6.0, "recorder_failed", "cannot write requests.jsonl: disk full", "error")
     )
     printer.on_event(RunEvent(6.5, "user_crashed", "user 0 stopped: boom", "error", user=0))
+    printer.on_event(RunEvent(6.6, "record_failed", "user 1 round 3: stress failed", "error"))
     early = out.getvalue().splitlines()
-    assert len(early) == REQUEST_LINES + 2  # five request lines, both failures at once
-    assert "ERROR: cannot write requests.jsonl: disk full" in early[-2]
-    assert "u0 user 0 stopped" in early[-1]
+    assert len(early) == REQUEST_LINES + 3  # five request lines, the failures at once
+    assert "ERROR: cannot write requests.jsonl: disk full" in early[-3]
+    assert "u0 user 0 stopped" in early[-2] and "user 1 round 3: stress failed" in early[-1]
     await asyncio.wait_for(run_printer(printer, out, 1), 10)
     lines = out.getvalue().splitlines()
     held = next(line for line in lines if "... and" in line)
     assert "... and 35 more (empty_reply 11, request_failed 12, stall 12)" in held
     status = next(line for line in lines if "| requests" in line)
     assert "RECORDER FAILED" in status and "1 user CRASHED" in status
+    assert "1 record UNWRITTEN" in status
     # a new interval, a new budget: the next request event is printed again
     printer.on_event(RunEvent(7.0, "stall", "no bytes for 120s", "error", user=1))
     assert out.getvalue().splitlines()[-1].endswith("ERROR: u1 no bytes for 120s")
