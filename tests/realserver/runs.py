@@ -27,7 +27,7 @@ conversation:
   turn:
     paste: {{corpus: {corpus}, tokens: [{paste_lo}, {paste_hi}]}}
     ask: ["Summarise this in two sentences.", "What is the key point?"]
-request: {{max_tokens: {max_tokens}, temperature: 0.2}}
+request: {{max_tokens: {max_tokens}, temperature: 0.2{extra_body}}}
 timeouts: {{connect: 10s, first_token: {first_token}, stall: {stall}, total: 10m, drain: 60s}}
 telemetry: {{interval: 1s, gpus: "off"}}
 seed: 7
@@ -95,6 +95,7 @@ def write_scenario(
     first_token: str = "180s",
     stall: str = "180s",
     think: tuple[str, str] = ("0.2s", "0.5s"),
+    ignore_eos: bool = False,
 ) -> Path:
     """The scenario file. The stall limit is generous: on a busy 2-core machine a
     preempted or queued request can be silent for a minute, which these tests do not test."""
@@ -114,6 +115,7 @@ def write_scenario(
             first_token=first_token,
             stall=stall,
             think=think,
+            extra_body=", extra_body: {ignore_eos: true}" if ignore_eos else "",
         )
     )
     return scenario

@@ -48,10 +48,14 @@ def test_small_kv_pool_shows_preemptions(small_vllm: ServerProcess, tmp_path: Pa
         paste=(100, 150),
         ceiling=800,
         max_tokens=400,
+        # every reply runs to max_tokens: how soon the model says EOS depends on the pasted
+        # text and the sampling, and three short replies fit the pool without a preemption
+        ignore_eos=True,
     )
     assert run.manifest["probe"]["kv_pool_tokens"] == 9 * 128
     recs = run.requests
     assert len(recs) == 4 and all(r["outcome"] == "ok" for r in recs), [describe(r) for r in recs]
+    assert all(r["completion_tokens"] == 400 for r in recs), [describe(r) for r in recs]
     coll = run.collectors["server"]
     assert coll["preemptions"] and coll["preemptions"] > 0, coll
     assert any((s.get("preemptions") or 0) > 0 for s in run.server)
