@@ -66,6 +66,12 @@ Every figure is a mean ± sd (min-max, n) over ``--repeat`` repeats; ratios are 
 repeat (the two runs next to each other) and then averaged. On a shared machine, wall
 figures (requests/s) move with whatever else runs; CPU-per-unit figures are steadier.
 
+Last, one block judges issue 15's targets (``benchmarks/targets.py``, where each line is
+defined) from this command's figures: the line, the mean ± sd, how many repeats fell on
+the right side of it, met or not; the paced target under the ``step`` clock, the
+``stream`` clock's figure beside it, reported; any target a left-out part would measure
+is named, never counted as met.
+
     .venv/bin/python benchmarks/e2e.py                          # 64 streams, 3 repeats
     .venv/bin/python benchmarks/e2e.py --streams 64 256 1024 2000 --duration 20 --warmup 4
     .venv/bin/python benchmarks/e2e.py --parts start --repeat 5
@@ -107,6 +113,7 @@ from benchmarks._common import (
     sse_body,
 )
 from benchmarks.paced_server import MODEL, MODELS
+from benchmarks.targets import Targets
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = Path(__file__).with_name("reference_client.py")
@@ -619,7 +626,9 @@ def split(short: list[Run], long: list[Run]) -> tuple[list[float], list[float]]:
 # --- the parts -----------------------------------------------------------------------
 
 
-def part_burst(args: argparse.Namespace, tmp: Path, rss: dict[int, list[Run]]) -> None:
+def part_burst(
+    args: argparse.Namespace, tmp: Path, rss: dict[int, list[Run]], targets: Targets
+) -> None:
     long_reply, short_reply = sse_body(args.chunks), sse_body(max(2, args.short_chunks))
     bodies = {"b": long_reply, "s": short_reply}
     files = {"b/v1/models": MODELS, "s/v1/models": MODELS}
@@ -659,6 +668,7 @@ def part_burst(args: argparse.Namespace, tmp: Path, rss: dict[int, list[Run]]) -
                         print(f"{run.line()} [{n}-chunk reply, repeat {r + 1}]", flush=True)
             groups = {w: v for (nm, w), v in runs.items() if nm == "b"}
             summarise(f"burst, {streams} streams, {args.chunks}-chunk replies", groups)
+            targets.add("burst", ratio(groups["stress"], groups["reference"], "req_s"), streams)
             if args.short_chunks:
                 short = {w: v for (nm, w), v in runs.items() if nm == "s"}
                 summarise(f"burst, {streams} streams, {args.short_chunks}-chunk replies", short)
@@ -675,9 +685,9 @@ def part_burst(args: argparse.Namespace, tmp: Path, rss: dict[int, list[Run]]) -
             sys.stdout.flush()
 
 
-def part_paced(args: argparse.Namespace, tmp: Path) -> None:
+def part_paced(args: argparse.Namespace, tmp: Path, targets: Targets) -> None:
     for clock in args.paced_clock:
-        paced_clock(args, tmp, clock)
+        paced_clock(args, tmp, clock, targets)
 
 
 class ServerLoad:
@@ -706,7 +716,7 @@ PACED_CLOCKS = {
 }
 
 
-def paced_clock(args: argparse.Namespace, tmp: Path, clock: str) -> None:
+def paced_clock(args: argparse.Namespace, tmp: Path, clock: str, targets: Targets) -> None:
     streams, dur = args.paced_streams, args.paced_duration
     lengths = [int(PACED["chunks"])] + (
         [args.paced_short_chunks] if args.paced_short_chunks else []
@@ -756,12 +766,24 @@ def paced_clock(args: argparse.Namespace, tmp: Path, clock: str) -> None:
                 f"{mean_spread(b, 2)} us (paced, {clock} clock, from the two reply lengths)"
             )
     tui, head = runs.get((lengths[0], "stress+tui"), []), runs.get((lengths[0], "stress"), [])
+    ref = runs[(lengths[0], "reference")]
+    targets.add(f"paced_{clock}", ratio(head, ref, "us_per_chunk"), streams)
     if tui and head:
-        tui_cost(tui, head, "us_per_chunk", runs.get((lengths[0], "reference")))
+        tui_cost(tui, head, "us_per_chunk", ref)
+        where = f"cpu {args.view_cpu}" if args.view_cpu is not None else "the client's core"
+        cost = (
+            "its cost: the run's process "
+            f"{statistics.fmean(ratio(tui, head, 'us_per_chunk')):.3f}x its headless CPU per "
+            f"chunk; the view's own process {statistics.fmean(t.view_pct for t in tui):.1f} % "
+            f"of a core, on {where}"
+        )
+        targets.add(f"paced_{clock}_tui", ratio(tui, ref, "us_per_chunk"), streams, cost)
     sys.stdout.flush()
 
 
-def part_rss(args: argparse.Namespace, tmp: Path, rss: dict[int, list[Run]]) -> None:
+def part_rss(
+    args: argparse.Namespace, tmp: Path, rss: dict[int, list[Run]], targets: Targets
+) -> None:
     streams = args.rss_streams
     runs = rss.get(streams, [])
     if not runs:
@@ -776,12 +798,14 @@ def part_rss(args: argparse.Namespace, tmp: Path, rss: dict[int, list[Run]]) -> 
     print(f"    at the first request {mean_spread([r.rss_start_mib for r in runs], 1)}")
     print(f"    steady peak         {mean_spread([r.rss_steady_mib for r in runs], 1)}")
     print(f"    whole-command peak  {mean_spread([r.rss_peak_mib for r in runs], 1)}")
+    targets.add("rss", [r.rss_steady_mib for r in runs], streams)
     sys.stdout.flush()
 
 
 def _start_runs(
     args: argparse.Namespace, stress_cmd: list[str], pin: int | None, view: bool = False
-) -> None:
+) -> list[float]:
+    """Launch to the first request at the server, seconds, one a repeat."""
     where = f"pinned to cpu {pin}" if pin is not None else "not pinned"
     if view:
         where += ", with the live view in a terminal"
@@ -811,9 +835,10 @@ def _start_runs(
             )
     print(f"    launch to first request  {mean_spread(first, 3)} s ({where})")
     print(f"    launch to run clock      {mean_spread(to_clock, 3)} s ({where})")
+    return first
 
 
-def part_start(args: argparse.Namespace, tmp: Path) -> None:
+def part_start(args: argparse.Namespace, tmp: Path, targets: Targets) -> None:
     stress_exe = Path(sys.executable).with_name("stress")
     stress_cmd = [str(stress_exe)] if stress_exe.exists() else [sys.executable, "-m", "stress"]
     print(
@@ -823,11 +848,15 @@ def part_start(args: argparse.Namespace, tmp: Path) -> None:
     )
     # pinned to the client's core, as every other part; then as a user runs it, on every
     # core (the GPU pre-flight's child and the corpus's encoding threads use others)
+    first: list[float] = []
+    ways = ["pinned" if args.client_cpu is not None else "", "unpinned"]
     for pin in dict.fromkeys([args.client_cpu, None]):
-        _start_runs(args, stress_cmd, pin)
+        first += _start_runs(args, stress_cmd, pin)
     if "tui" in args.parts:  # the quick start as the README shows it: in a terminal
+        ways.append("each with the view in a terminal")
         for pin in dict.fromkeys([args.client_cpu, None]):
-            _start_runs(args, stress_cmd, pin, view=True)
+            first += _start_runs(args, stress_cmd, pin, view=True)
+    targets.add("first_request", first, note="runs: " + ", ".join(w for w in ways if w))
     for what, cmd in (
         ("stress --help", [*stress_cmd, "--help"]),
         ("stress run --help", [*stress_cmd, "run", "--help"]),
@@ -841,6 +870,8 @@ def part_start(args: argparse.Namespace, tmp: Path) -> None:
             subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
             times.append(time.perf_counter() - t)
         print(f"    {what:<24} {mean_spread(times, 3)} s wall")
+        if what == "stress --help":
+            targets.add("help", times)
     sys.stdout.flush()
 
 
@@ -967,16 +998,18 @@ def main() -> None:
         flush=True,
     )
     rss: dict[int, list[Run]] = {}
+    targets = Targets()
     with off_core(args.client_cpu), tempfile.TemporaryDirectory(prefix="stress-e2e-") as d:
         tmp = Path(d)
         if "burst" in args.parts:
-            part_burst(args, tmp, rss)
+            part_burst(args, tmp, rss, targets)
         if "paced" in args.parts:
-            part_paced(args, tmp)
+            part_paced(args, tmp, targets)
         if "rss" in args.parts:
-            part_rss(args, tmp, rss)
+            part_rss(args, tmp, rss, targets)
         if "start" in args.parts:
-            part_start(args, tmp)
+            part_start(args, tmp, targets)
+    print(f"\n{targets.report(args.parts)}", flush=True)
     print(f"\n# done; {machine()}", flush=True)
 
 
