@@ -5,7 +5,7 @@ Textual's compositor repaints on the event loop it runs on. On the load generato
 that cost 4-6 % of a core with 64 users and stalled the loop for 24-45 ms now and then,
 and every stall lands on the timestamps of the tokens that arrive meanwhile (issue 15). So
 the view runs in a child process (``python -m stress.tui.child``, niced, the terminal
-inherited) and this side only sends it what it shows: the run's header, then four times a
+inherited) and this side only sends it what it shows: the run's header, then twice a
 second the latest ``Snapshot`` with the events and lines since the last one, pickled on a
 pipe. Keys come back on a second pipe (``quit``, ``cancel``), and the rows of the users'
 table the view shows (``rows FIRST COUNT``): only those rows are built and sent, so a tick
@@ -42,12 +42,17 @@ from stress.headless import HeadlessPrinter, fallback_printer
 from stress.live import Snapshot, TurnSummary, UserRow
 from stress.secrets import REDACTOR
 
-TICK_S = 0.25
-"""Snapshots sent a second: at most 4, enough to watch (the view repaints on each)."""
+TICK_S = 0.5
+"""Seconds between snapshots: the view repaints on each, twice a second. Where the view
+shares a core with the run (a 2-core machine), each repaint costs the run too (its caches
+are cold after the view ran): at 4 a second the run's process paid 1.079x its headless CPU
+per paced chunk and the view's 4.0 % of a core; at 2, 1.027x and 2.5 %
+(``benchmarks/e2e.py``, docs/performance.md). The live figures are per second or per turn,
+and scrolling and keys are the view's own, so twice a second loses nothing to watch."""
 TICK_BUDGET = 0.02
 """The share of the run's loop a tick may take: a tick that took longer spaces the next
-ones out, so the view never costs the run more than this of its time, nor stalls it 4
-times a second. Since the view says which rows it shows, a tick at 2,000 users takes ~0.6
+ones out, so the view never costs the run more than this of its time, nor stalls it
+twice a second. Since the view says which rows it shows, a tick at 2,000 users takes ~0.6
 ms on dev (every row: 12-23 ms on the H200 host); until it has said (its first screen),
 or on a terminal thousands of lines tall, this bounds it."""
 NICE = 10
@@ -140,7 +145,7 @@ class Ticks:
     and only the users' recent turns that changed since the last tick sent.
 
     The users' recent turns were most of a tick (59 of 66 KB at 64 users with ten turns
-    each, pickled four times a second on the run's loop) and change once a turn; ``Live``
+    each, pickled at every tick on the run's loop) and change once a turn; ``Live``
     keeps each user's as one tuple until a turn ends, so the sender knows them unchanged
     by identity. Every tick written reaches the child in order (a skipped tick is not
     written at all), so both ends hold the same turns."""

@@ -1,4 +1,4 @@
-"""The Textual app: lays out the widgets and feeds them the latest snapshot, 4 times a second.
+"""The Textual app: lays out the widgets and feeds them the latest snapshot, twice a second.
 
 The app owns no run state. A timer pulls one ``Snapshot`` per tick from the ``Feed``, and
 each widget compares it with what it shows and repaints only what changed, all inside one
@@ -28,9 +28,7 @@ from stress.tui.widgets.help import HelpScreen
 from stress.tui.widgets.server import ServerPanel
 from stress.tui.widgets.sparks import Sparks
 from stress.tui.widgets.users import UsersTable
-
-TICK_S = 0.25
-"""At most 4 refreshes a second: enough to watch, cheap for the loop the engine runs on."""
+from stress.tui_process import TICK_S
 
 
 class StressApp(App[None]):

@@ -1,7 +1,7 @@
 """What the TUI keeps between ticks, and the two-step stop: pure, no Textual.
 
 The run talks to the sink at any moment (``on_event``, ``line``), even before the app has
-mounted; the app pulls from here at most four times a second. Everything is bounded: a
+mounted; the app pulls from here at most twice a second (``TICK_S``). Everything is bounded: a
 queue of log lines not yet shown, counters by event kind, a short power history. The
 report never reads any of it: it is built from the run's files.
 

@@ -17,8 +17,9 @@ from typing import Any
 from stress.events import RunEvent
 from stress.headless import HeadlessPrinter, fallback_printer
 from stress.live import Snapshot
-from stress.tui.app import TICK_S, StressApp
+from stress.tui.app import StressApp
 from stress.tui.feed import Feed
+from stress.tui_process import TICK_S
 
 
 class TuiSink:
