@@ -609,6 +609,17 @@ def tui_cost(tui: list[Run], head: list[Run], key: str, ref: list[Run] | None = 
         )
 
 
+def view_cost(tui: list[Run], head: list[Run], key: str, view_cpu: int | None) -> str:
+    """The live view's cost in one line, for the targets block."""
+    what = "requests/s" if key == "req_s" else "CPU per chunk"
+    where = f"cpu {view_cpu}" if view_cpu is not None else "the client's core"
+    return (
+        f"its cost: the run's process {statistics.fmean(ratio(tui, head, key)):.3f}x its "
+        f"headless {what}; the view's own process "
+        f"{statistics.fmean(t.view_pct for t in tui):.1f} % of a core, on {where}"
+    )
+
+
 def split(short: list[Run], long: list[Run]) -> tuple[list[float], list[float]]:
     """Per-request (a) and per-chunk (b) CPU in us from cpu/request = a + b x chunks/request
     at two reply lengths, one pair of runs per repeat."""
@@ -682,6 +693,12 @@ def part_burst(
             if tuis:
                 head = runs[("b", "stress")]
                 tui_cost(tuis, head, "req_s")
+                targets.add(
+                    "burst_tui",
+                    ratio(tuis, runs[("b", "reference")], "req_s"),
+                    streams,
+                    view_cost(tuis, head, "req_s", args.view_cpu),
+                )
             sys.stdout.flush()
 
 
@@ -770,13 +787,7 @@ def paced_clock(args: argparse.Namespace, tmp: Path, clock: str, targets: Target
     targets.add(f"paced_{clock}", ratio(head, ref, "us_per_chunk"), streams)
     if tui and head:
         tui_cost(tui, head, "us_per_chunk", ref)
-        where = f"cpu {args.view_cpu}" if args.view_cpu is not None else "the client's core"
-        cost = (
-            "its cost: the run's process "
-            f"{statistics.fmean(ratio(tui, head, 'us_per_chunk')):.3f}x its headless CPU per "
-            f"chunk; the view's own process {statistics.fmean(t.view_pct for t in tui):.1f} % "
-            f"of a core, on {where}"
-        )
+        cost = view_cost(tui, head, "us_per_chunk", args.view_cpu)
         targets.add(f"paced_{clock}_tui", ratio(tui, ref, "us_per_chunk"), streams, cost)
     sys.stdout.flush()
 

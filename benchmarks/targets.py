@@ -42,6 +42,7 @@ class Target:
 
 TARGETS: dict[str, Target] = {
     "burst": Target("burst, {n} streams: requests/s, stress over the reference", 1.8, True, "x", 3),
+    "burst_tui": Target("the same with the live view (the run's process)", 1.8, True, "x", 3),
     "paced_step": Target(
         "paced, step clock, {n} streams: CPU per chunk, stress over the reference",
         0.65,
@@ -80,6 +81,7 @@ TARGETS: dict[str, Target] = {
 }
 PARTS = {
     "burst": "burst",
+    "burst_tui": "burst tui",
     "paced_step": "paced",
     "paced_step_tui": "paced tui",
     "paced_stream": "paced",
@@ -145,7 +147,7 @@ class Targets:
         """The targets no figure was measured for, and the part that would measure it."""
         seen = {f.key for f in self.figures}
         return [
-            f"{TARGETS[k].what.format(n='N')} (--parts {PARTS[k]}"
+            f"{k} (--parts {PARTS[k]}"
             + ("" if set(PARTS[k].split()) <= set(parts) else ", not asked for")
             + ")"
             for k in TARGETS
