@@ -38,6 +38,12 @@ START_BATCH = 500
 """Users started per turn of the event loop when many are due at once."""
 START_SLACK_S = 0.005
 """A user due sooner than this is started now rather than after a sleep."""
+RECORD_STEPS = {
+    "record": "writing the request's record",
+    "events": "writing the request's events (its record is written)",
+    "live": "counting the request in the live state (its record and events are written)",
+}
+"""What a ``record_failed`` event says failed, by the step (its ``data.step``)."""
 
 
 @dataclass(slots=True)
@@ -911,20 +917,23 @@ class Engine:
         (``records_lost``: sent against recorded)."""
         ended, self._ended = self._ended, []
         for rec, token_times, t_end in ended:
+            step = "record"
             try:
                 self.recorder.write_request(rec, token_times)
+                step = "events"
                 self._request_events(rec)
+                step = "live"
                 self.live.on_record(rec, t_end)
             except Exception as e:  # a bug of ours: said once per request, never a traceback
                 self.recorder.event(
                     RunEvent(
                         self.now(),
                         "record_failed",
-                        f"user {rec.user} round {rec.round}: stress failed writing the "
-                        f"request's record: {type(e).__name__}: {e}"[:500],
+                        f"user {rec.user} round {rec.round}: stress failed {RECORD_STEPS[step]}"
+                        f": {type(e).__name__}: {e}"[:500],
                         "error",
                         user=rec.user,
-                        data={"round": rec.round, "request_id": rec.request_id},
+                        data={"round": rec.round, "request_id": rec.request_id, "step": step},
                     )
                 )
 

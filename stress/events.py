@@ -34,7 +34,8 @@ EventKind = Literal[
     "context_exceeded",  # warning: the server refused the conversation as too long
     "user_crashed",  # error: a simulated user's task died (its request still has a record)
     "record_failed",  # error: a bug kept a finished request's record (or its events, or its
-    # live state) from being written; data {round, request_id}; the run goes on
+    # live state) from being written; data {round, request_id, step: record | events |
+    # live}; the run goes on
     "worker_died",  # error: a worker process (--workers) ended without finishing; its
     # requests in flight have worker_died records; data {worker, pid, returncode,
     # in_flight, users}

@@ -126,7 +126,7 @@ class HeadlessPrinter:
         if n := self._kinds["user_crashed"]:
             out.append(f"{n} user{'s' if n > 1 else ''} CRASHED")
         if n := self._kinds["record_failed"]:
-            out.append(f"{n} record{'s' if n > 1 else ''} UNWRITTEN")
+            out.append(f"{n} record{'s' if n > 1 else ''} FAILED")
         if n := self._kinds["worker_died"]:
             out.append(f"{n} worker{'s' if n > 1 else ''} DIED")
         if n := self._kinds["collector_failed"]:

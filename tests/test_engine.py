@@ -391,8 +391,8 @@ async def test_a_record_that_cannot_be_written_is_an_event_and_the_others_are_ke
 ) -> None:
     """Records are written when the loop next turns, from a callback no user's task would
     see fail: a bug writing one request (its line, or its live state) is one
-    ``record_failed`` event, the records after it in the same turn are still written, and
-    both users go on to their last round (no ``user_crashed``)."""
+    ``record_failed`` event naming what failed, the records after it in the same turn are
+    still written, and both users go on to their last round (no ``user_crashed``)."""
     async with serve(FakeServer(script=reply_script)) as server:
         sc = make(tmp_path, server.url, users=2, rounds=4, think="{min: 0s, max: 0s}").scenario
         run_dir = tmp_path / "run"
@@ -405,9 +405,13 @@ async def test_a_record_that_cannot_be_written_is_an_event_and_the_others_are_ke
     failed = sorted(
         (e for e in events(run_dir) if e["severity"] != "info"), key=lambda e: e["user"]
     )
-    got = [(e["kind"], e["user"], e["data"]["round"]) for e in failed]
-    assert got == [("record_failed", 0, 3), ("record_failed", 1, 2)]
-    assert failed[1]["message"].endswith("TypeError: planted: this record cannot be serialised")
+    got = [(e["kind"], e["user"], e["data"]["round"], e["data"]["step"]) for e in failed]
+    assert got == [("record_failed", 0, 3, "live"), ("record_failed", 1, 2, "record")]
+    live_msg, record_msg = failed[0]["message"], failed[1]["message"]
+    assert "failed counting the request in the live state (its record and events" in live_msg
+    assert record_msg.endswith(
+        "failed writing the request's record: TypeError: planted: this record cannot be serialised"
+    )
     assert [row.round for row in live.snapshot(engine.now()).users] == [4, 4]
 
 

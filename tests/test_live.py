@@ -107,7 +107,7 @@ async def test_request_events_are_rate_limited_and_run_failures_are_not() -> Non
     assert "... and 35 more (empty_reply 11, request_failed 12, stall 12)" in held
     status = next(line for line in lines if "| requests" in line)
     assert "RECORDER FAILED" in status and "1 user CRASHED" in status
-    assert "1 record UNWRITTEN" in status
+    assert "1 record FAILED" in status
     # a new interval, a new budget: the next request event is printed again
     printer.on_event(RunEvent(7.0, "stall", "no bytes for 120s", "error", user=1))
     assert out.getvalue().splitlines()[-1].endswith("ERROR: u1 no bytes for 120s")

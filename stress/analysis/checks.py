@@ -225,9 +225,10 @@ def health_warnings(files: RunFiles) -> list[dict[str, str]]:
     if unwritten:
         warn(
             "record_failed",
-            f"STRESS FAILED WRITING THE RECORD OF {_plural(len(unwritten), 'REQUEST')} (a bug "
-            "in stress: please report it with events.jsonl); a record that is missing is also "
-            f"counted as lost, and the run went on. First: {unwritten[0].get('message')}",
+            f"STRESS FAILED RECORDING {_plural(len(unwritten), 'REQUEST')} IN FULL (its record, "
+            "its events or its live state; a bug in stress: please report it with "
+            "events.jsonl); a record that is missing is also counted as lost, and the run went "
+            f"on. First: {unwritten[0].get('message')}",
         )
     died = [e for e in events if e["kind"] == "worker_died"]
     if died:

@@ -119,7 +119,7 @@ def health_findings(c: HealthCounts) -> list[Finding]:
     if c.recorder_failed:
         out.append(Finding("FAIL", "recorder_failed", "recorder failed"))
     if c.records_failed:
-        out.append(Finding("WARN", "record_failed", _n(c.records_failed, "unwritten record")))
+        out.append(Finding("WARN", "record_failed", _n(c.records_failed, "failed record")))
     if c.collector_failed:
         out.append(Finding("WARN", "collector_failed", _n(c.collector_failed, "dead collector")))
     if c.odd_replies:

@@ -158,7 +158,7 @@ def test_crashed_user_and_hang_fail(tmp_path: Path) -> None:
 def test_a_record_stress_failed_to_write_warns_with_the_badges_words(tmp_path: Path) -> None:
     v = _run(tmp_path, healthy(), events=[event("record_failed", 3.0, user=1)])
     assert v.status == "WARN"
-    assert [(f.code, f.short) for f in v.findings] == [("record_failed", "1 unwritten record")]
+    assert [(f.code, f.short) for f in v.findings] == [("record_failed", "1 failed record")]
 
 
 def test_slo_missed_by_19x_fails_and_by_1_1x_warns(tmp_path: Path) -> None:

@@ -67,7 +67,7 @@ def test_a_record_stress_failed_to_write_is_warn_and_a_missing_one_is_lost(
     ev = event("record_failed", 5.0, msg, user=1)
     out, s = report(write_run(tmp_path / "a", manifest("bug"), _ok(4), events=[ev]), capsys)
     assert out.startswith("WARN") and "record_failed" in codes(s)
-    assert "STRESS FAILED WRITING THE RECORD OF 1 REQUEST (a bug" in out and msg in out
+    assert "STRESS FAILED RECORDING 1 REQUEST IN FULL (its record" in out and msg in out
     d = write_run(tmp_path / "b", manifest("bug"), _ok(4), events=[ev])
     state = {"t": 100.0, "sent": 5, "recorded": 4, "in_flight_count": 0, "finished": True}
     (d / "state.json").write_bytes(orjson.dumps(state))  # the record itself is missing

@@ -49,4 +49,4 @@ def test_verdict_levels() -> None:
     many = replace(clean, outcomes={**clean.outcomes, "ok": 95, "error": 5})
     assert judge(many, Counter(), 0, 0).reasons == ("5 errors (5.0%)",)
     unwritten = judge(clean, Counter({"record_failed": 2}), 0, 0)  # as the verdict grades it
-    assert unwritten.level == "warn" and unwritten.reasons == ("2 unwritten records",)
+    assert unwritten.level == "warn" and unwritten.reasons == ("2 failed records",)
