@@ -185,7 +185,9 @@ class Snapshot:
     ttft_recent: tuple[float, ...]
     out_tok_s_recent: float
     out_tok_s_history: tuple[float, ...]
-    """Aggregate output tok/s per 5 s bucket, oldest first (for sparklines)."""
+    """Aggregate output tok/s per complete 5 s bucket, oldest first (for sparklines). The
+    bucket still filling is left out: divided by the whole 5 s it read low, and 0 in its
+    first moments, as the sparkline's latest value, while every stream was generating."""
     cached_share_recent: float | None
     working_set_tokens: int
     """Sum of the users' live conversation lengths: what the KV pool would need to hold."""
@@ -417,14 +419,13 @@ class Live:
             recent = sum(1 for a in self._arrival_times if a >= cutoff)
             arrival_rate = sim_rate(60.0 * recent / (min(self.WINDOW_S, t) or 1.0), scale)
         history: list[float] = []
-        if self._buckets:
-            oldest, last = min(b[0] for b in self._buckets), int(t // self.BUCKET_S)
+        if self._buckets:  # the complete buckets: [oldest, current)
+            oldest, current = min(b[0] for b in self._buckets), int(t // self.BUCKET_S)
             by_bucket: dict[int, int] = {}
             for b, n in self._buckets:
                 by_bucket[b] = by_bucket.get(b, 0) + n
             history = [
-                sim_rate(by_bucket.get(b, 0) / self.BUCKET_S, scale)
-                for b in range(oldest, last + 1)
+                sim_rate(by_bucket.get(b, 0) / self.BUCKET_S, scale) for b in range(oldest, current)
             ]
         collectors = {k: dict(v) for k, v in self.collectors.items()}
         if scale != 1.0 and collectors.get("server"):

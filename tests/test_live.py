@@ -227,8 +227,20 @@ def test_records_a_little_out_of_order_keep_the_window_whole() -> None:
     snap = live.snapshot(100.0)
     in_window = sum(1 for t in ends if t >= 40)  # the whole seconds 40..99
     assert snap.out_tok_s_recent == in_window / 60.0
-    # and the sparkline's 5 s buckets hold every token once
-    assert round(sum(snap.out_tok_s_history) * Live.BUCKET_S) == len(ends)
+    # and the sparkline's 5 s buckets hold every token once, when complete
+    history = live.snapshot(105.0).out_tok_s_history
+    assert round(sum(history) * Live.BUCKET_S) == len(ends)
+
+
+def test_the_sparklines_latest_output_rate_is_a_complete_bucket() -> None:
+    """The bucket still filling is not shown: 10 tokens a second for 12 s read 10 tok/s in
+    each complete 5 s bucket, not 2/5 of it for the bucket two seconds old."""
+    live = Live(1)
+    for s in range(12):
+        finished(live, 0, s + 0.5, completion=10, prompt=10, cached=0)
+    assert live.snapshot(4.9).out_tok_s_history == ()
+    assert live.snapshot(12.0).out_tok_s_history == (10.0, 10.0)
+    assert live.snapshot(15.0).out_tok_s_history == (10.0, 10.0, 4.0)
 
 
 def test_a_users_recent_turns_are_shared_by_snapshots_until_a_turn_ends() -> None:
