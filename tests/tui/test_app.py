@@ -50,12 +50,12 @@ async def test_new_snapshots_reach_header_server_and_cards() -> None:
     source = Source(snapshot(0))
     app = make_app(source)
     async with app.run_test(size=(160, 50)) as pilot:
-        assert "requests 32" in screen_text(app)
+        assert "req 32 ·" in screen_text(app)  # compact beside the badge's reasons
         source.current = snapshot(5)
         app.tick()
         await pilot.pause()
         text = screen_text(app)
-        assert "requests 37" in text
+        assert "req 37 ·" in text
         assert "IDLE" in text and "220/220W" in text
         assert "working set" in text and "/431k" in text
 

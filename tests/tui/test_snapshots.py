@@ -1,7 +1,8 @@
 """Screen snapshots at 80x24, 120x40 and 160x50 from fixed data, compared as plain text.
 
 At 80 columns the users table leaves out its least useful columns (round, retention)
-instead of cropping; from 120 columns on it shows them all.
+instead of cropping; from 120 columns on it shows them all. A progress line that would be
+cut beside the badge is shown compact, so TTFT and tok/s stay on screen.
 
 The stored screens are in ``tests/tui/snapshots/``. After an intended layout change,
 regenerate them with ``STRESS_UPDATE_SNAPSHOTS=1 pytest tests/tui/test_snapshots.py`` and
@@ -41,6 +42,8 @@ async def test_screen_matches_snapshot(width: int, height: int, columns: tuple[s
     assert all(c in header for c in columns), header  # the columns that fit, never cropped
     assert "1st token 23s" in text and "silent 12s" in text and "thinking 4s" in text
     assert sum(1 for line in lines if line.lstrip("│ ").startswith("u")) >= 8
+    if width >= 120:  # the progress line is never cut before TTFT and tok/s: compact instead
+        assert "TTFT 2.25s · 61 tok/s" in lines[1], lines[1]
     path = SNAPSHOTS / f"screen_{width}x{height}.txt"
     if UPDATE or not path.exists():
         path.parent.mkdir(exist_ok=True)

@@ -40,7 +40,8 @@ def identity_line(header: dict[str, Any]) -> Text:
 
 
 def progress_line(header: dict[str, Any], s: Snapshot, compact: bool = False) -> Text:
-    """Phase, time, totals; ``compact`` drops the words an 80-column terminal can't fit."""
+    """Phase, time, totals; ``compact`` drops the words that would not fit beside the badge
+    (at 80 columns, or where the badge's reasons are long), keeping TTFT and tok/s."""
     t = Text()
     t.append(f" {s.phase} ", style=f"reverse {PHASE_STYLE.get(s.phase, 'white')}")
     duration = header.get("duration_s")  # the engine's (wall) seconds
@@ -129,13 +130,21 @@ class RunHeader(Horizontal):
                 yield Static(Text(str(self._header["search"]), style="bold"), id="search")
         yield Static(LEVEL_LABEL["ok"], id="badge", classes="ok")
 
+    def _progress_width(self) -> int:
+        """The cells the progress line has: the header's width less the badge's (up to 30
+        %, its reasons grow it), so a line that would be cut is shown compact instead."""
+        text = self.query_one("#header-text").size.width
+        return text or int(self.size.width * 0.7)
+
     def on_resize(self) -> None:
         if self._shown is not None:
             self.show(*self._shown)
 
     def show(self, s: Snapshot, verdict: Verdict) -> None:
         self._shown = (s, verdict)
-        progress = progress_line(self._header, s, compact=self.size.width < 120)
+        progress = progress_line(self._header, s)
+        if progress.cell_len > self._progress_width():
+            progress = progress_line(self._header, s, compact=True)
         key = (progress.plain, verdict.label)
         if key == self._last:
             return
