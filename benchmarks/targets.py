@@ -39,6 +39,10 @@ class Target:
     """False: printed beside the judged figure, with why, never a verdict."""
     why_reported: str = ""
 
+    def holds(self, value: float) -> bool:
+        """The value is on the right side of the line."""
+        return value >= self.line if self.at_least else value <= self.line
+
 
 TARGETS: dict[str, Target] = {
     "burst": Target("burst, {n} streams: requests/s, stress over the reference", 1.8, True, "x", 3),
@@ -105,13 +109,10 @@ class Figure:
         return TARGETS[self.key]
 
     def within(self) -> int:
-        t = self.target
-        return sum(1 for v in self.values if (v >= t.line if t.at_least else v <= t.line))
+        return sum(1 for v in self.values if self.target.holds(v))
 
     def met(self) -> bool:
-        t = self.target
-        m = statistics.fmean(self.values)
-        return m >= t.line if t.at_least else m <= t.line
+        return self.target.holds(statistics.fmean(self.values))
 
     def line(self) -> str:
         t = self.target

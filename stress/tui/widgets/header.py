@@ -130,12 +130,6 @@ class RunHeader(Horizontal):
                 yield Static(Text(str(self._header["search"]), style="bold"), id="search")
         yield Static(LEVEL_LABEL["ok"], id="badge", classes="ok")
 
-    def _progress_width(self) -> int:
-        """The cells the progress line has: the header's width less the badge's (up to 30
-        %, its reasons grow it), so a line that would be cut is shown compact instead."""
-        text = self.query_one("#header-text").size.width
-        return text or int(self.size.width * 0.7)
-
     def on_resize(self) -> None:
         if self._shown is not None:
             self.show(*self._shown)
@@ -143,7 +137,9 @@ class RunHeader(Horizontal):
     def show(self, s: Snapshot, verdict: Verdict) -> None:
         self._shown = (s, verdict)
         progress = progress_line(self._header, s)
-        if progress.cell_len > self._progress_width():
+        # the cells beside the badge (its reasons widen it); before the first layout, all
+        room = self.query_one("#header-text").size.width or self.size.width
+        if progress.cell_len > room:
             progress = progress_line(self._header, s, compact=True)
         key = (progress.plain, verdict.label)
         if key == self._last:
