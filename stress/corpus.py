@@ -472,9 +472,7 @@ class Corpus:
         token); None for the estimate tokenizer, which has no ids."""
         return array("I", self.tok.encode(text)) if self._has_ids else None
 
-    def _cut_paragraph(
-        self, doc: _Doc, i: int, n_tokens: int, slack: int
-    ) -> tuple[str, int]:
+    def _cut_paragraph(self, doc: _Doc, i: int, n_tokens: int, slack: int) -> tuple[str, int]:
         """Paragraph ``i`` cut to at most ``n_tokens`` tokens, and its exact count. The
         cut falls before a token that opens a word (a space and then no space: the start
         of a pre-tokenizer piece), at most ``slack`` tokens short, so the text encodes to

@@ -161,7 +161,7 @@ def test_digits_never_change_a_count() -> None:
     assert [g for g in groups if len(tok.encode(g)) != 1] == []
     rng = random.Random(7)
     for _ in range(2000):
-        user, index = rng.randrange(10**rng.randint(1, 5)), rng.randrange(10**rng.randint(1, 6))
+        user, index = rng.randrange(10 ** rng.randint(1, 5)), rng.randrange(10 ** rng.randint(1, 6))
         conv = Conversation(user, index, "per_user", "n0nce", "")
         marker = conv.messages[0]["content"]
         assert _marker_tokens(marker) == count_tokens(marker), marker

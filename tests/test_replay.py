@@ -53,7 +53,10 @@ target:
 """A simulator whose pool holds everything and whose prefill caches a request's blocks
 before the next one arrives."""
 
-SCENARIO = "name: replay_test\n" + SIM_TARGET + """\
+SCENARIO = (
+    "name: replay_test\n"
+    + SIM_TARGET
+    + """\
 replay:
   trace: {trace}
   block_size: 512
@@ -62,6 +65,7 @@ request: {{extra_body: {{ignore_eos: true}}}}
 telemetry: {{gpus: "off"}}
 seed: 3
 """
+)
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
@@ -212,7 +216,10 @@ def test_replay_excludes_users_and_scales_with_time(tmp_path: Path) -> None:
         load_scenario(p)
 
 
-RUN_SCENARIO = "name: replay_source\n" + SIM_TARGET + """\
+RUN_SCENARIO = (
+    "name: replay_source\n"
+    + SIM_TARGET
+    + """\
 users: {{count: 3, ramp_up: 6s, think_time: {{min: 2s, max: 5s}}}}
 rounds: 4
 conversation:
@@ -223,6 +230,7 @@ request: {{max_tokens: 24, extra_body: {{ignore_eos: true}}}}
 telemetry: {{gpus: "off"}}
 seed: 5
 """
+)
 
 
 def test_replay_of_a_previous_run_keeps_times_sizes_and_conversation_reuse(

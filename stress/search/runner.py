@@ -394,9 +394,7 @@ def document(
         "llamacpp_slot_context": next((s.slot_context for s in steps if s.slot_context), None),
         "bound": first.bound or None,
         "stop": first.stop,
-        "stop_text": "; ".join(
-            dict.fromkeys(stop_text(r.search) for r in rows if r.search.stop)
-        ),
+        "stop_text": "; ".join(dict.fromkeys(stop_text(r.search) for r in rows if r.search.stop)),
     }
     if settings.axis == "grid":
         doc["rows"] = [

@@ -73,8 +73,16 @@ async def start_sim_process(config: SimConfig) -> SimProcess:
     cfg_path, err_path = Path(cfg_name), Path(err_name)
     try:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "stress", "sim", "--port", "0", "--config", cfg_name,
-            "--quiet", "--stop-on-stdin-eof",
+            sys.executable,
+            "-m",
+            "stress",
+            "sim",
+            "--port",
+            "0",
+            "--config",
+            cfg_name,
+            "--quiet",
+            "--stop-on-stdin-eof",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=err_fd,

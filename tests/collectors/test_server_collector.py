@@ -102,9 +102,7 @@ async def session() -> AsyncIterator[Fetcher]:
         yield s
 
 
-def make(
-    session: Fetcher, kind: str = "vllm", **kw: Any
-) -> tuple[ServerCollector, ListSink]:
+def make(session: Fetcher, kind: str = "vllm", **kw: Any) -> tuple[ServerCollector, ListSink]:
     sink = ListSink()
     col = ServerCollector(
         sink, RunClock.start(), 1.0, session, "http://127.0.0.1:9", {}, kind, **kw

@@ -83,15 +83,39 @@ def test_capacity_search_runs_against_vllm(
     test_capacity_llamacpp.py), where the answer is known by construction."""
     tmp = tmp_path_factory.mktemp("vllm_capacity")
     path = write_scenario(
-        tmp, vllm.url, name="rs_vllm_cap", users=1, rounds=2, paste=(60, 90), ceiling=1500,
-        max_tokens=16, think=("0.01s", "0.02s"),
+        tmp,
+        vllm.url,
+        name="rs_vllm_cap",
+        users=1,
+        rounds=2,
+        paste=(60, 90),
+        ceiling=1500,
+        max_tokens=16,
+        think=("0.01s", "0.02s"),
     )
     path.write_text(path.read_text() + "slo: {ttft_p95: 120s}\nsearch: {min_requests: 20}\n")
     out = tmp / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "stress", "capacity", str(path), "--out", str(out),
-         "--start", "1", "--max-users", "2", "--repeat", "1"],
-        capture_output=True, text=True, timeout=1200, cwd=ROOT, check=False,
+        [
+            sys.executable,
+            "-m",
+            "stress",
+            "capacity",
+            str(path),
+            "--out",
+            str(out),
+            "--start",
+            "1",
+            "--max-users",
+            "2",
+            "--repeat",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=ROOT,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (root,) = out.iterdir()

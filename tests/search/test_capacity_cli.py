@@ -209,13 +209,16 @@ def test_grid_search_maps_users_by_length(tmp_path: Path) -> None:
 # tokens to a conversation: past 6,000 - 1,062 - 64 = 4,874 tokens of history a step's
 # last turns cannot fit their slot. The search must stop there, and say why, rather than
 # go on to 8k and read context errors as the load's limit.
-SLOT_SCENARIO = LENGTH_SCENARIO.replace(
-    f"sim: {{kv_tokens: {POOL}, max_seqs: 16,",
-    "sim: {dialect: llamacpp, kv_tokens: 1000000, max_model_len: 6000, max_seqs: 16,",
-).replace("users: {count: 4,", "users: {count: 10,").replace(
-    "ceiling_tokens: 40000", "ceiling_tokens: 20000"
-).replace("rounds: 8", "rounds: 2").replace("ttft_p95: 0.1s", "ttft_p95: 30s").replace(
-    "length_start: 2000, length_width: 2000", "length_start: 1000, length_width: 500"
+SLOT_SCENARIO = (
+    LENGTH_SCENARIO.replace(
+        f"sim: {{kv_tokens: {POOL}, max_seqs: 16,",
+        "sim: {dialect: llamacpp, kv_tokens: 1000000, max_model_len: 6000, max_seqs: 16,",
+    )
+    .replace("users: {count: 4,", "users: {count: 10,")
+    .replace("ceiling_tokens: 40000", "ceiling_tokens: 20000")
+    .replace("rounds: 8", "rounds: 2")
+    .replace("ttft_p95: 0.1s", "ttft_p95: 30s")
+    .replace("length_start: 2000, length_width: 2000", "length_start: 1000, length_width: 500")
 )
 
 

@@ -37,7 +37,11 @@ def run_in_terminal(args: list[str], cols: int, rows: int, timeout: float) -> tu
     env = os.environ | {"TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "stress", *args],
-        stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        close_fds=True,
     )
     os.close(slave)
     out = bytearray()
@@ -71,9 +75,21 @@ def test_the_live_view_shows_where_the_search_stands(tmp_path: Path, cols: int) 
     out = tmp_path / "out"
     # two steps of one pass each (2 and 4 users: both meet the SLO), ~10 s of passes
     code, screen = run_in_terminal(
-        ["capacity", str(path), "--out", str(out), "--start", "2", "--max-users", "4",
-         "--repeat", "1"],
-        cols, 40, timeout=300,
+        [
+            "capacity",
+            str(path),
+            "--out",
+            str(out),
+            "--start",
+            "2",
+            "--max-users",
+            "4",
+            "--repeat",
+            "1",
+        ],
+        cols,
+        40,
+        timeout=300,
     )
     text = ANSI.sub(b"", screen).decode("utf-8", "replace")
     assert code == 0, text[-3000:]

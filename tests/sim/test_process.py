@@ -42,7 +42,14 @@ async def start_run(tmp_path: Path) -> tuple[asyncio.subprocess.Process, Path]:
     path.write_text(SCENARIO)
     out = tmp_path / "out"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "stress", "run", str(path), "--out", str(out), "--no-tui",
+        sys.executable,
+        "-m",
+        "stress",
+        "run",
+        str(path),
+        "--out",
+        str(out),
+        "--no-tui",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
