@@ -233,6 +233,10 @@ class ChatClient:
         conn = None
         try:
             conn = await self.pool.acquire(fresh=not may_retry)
+            if conn.waited_s:  # the pool was full: that wait is queueing, not server time
+                reader.t_send = reader.now = reader.t_send + conn.waited_s
+                rec.t_start += conn.waited_s
+                rec.queue_s += conn.waited_s
             conn.send(head, body, reader)
             if not self.first_written.is_set():
                 self.first_written.set()

@@ -116,7 +116,10 @@ COLUMNS: tuple[Column, ...] = (
         lambda w: end_time(w.request),
     ),
     _raw(
-        "queue_s", "float", SECONDS, "the client's own queueing before sending (t_start - t_sched)"
+        "queue_s",
+        "float",
+        SECONDS,
+        "the client's own queueing: late start or a full pool (t_start - t_sched)",
     ),
     _raw("ttft_s", "float", SECONDS, "TTFT: first chunk carrying generated text - request sent"),
     _raw("ttfc_s", "float", SECONDS, "TTFC: first chunk carrying answer content - request sent"),

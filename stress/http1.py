@@ -160,6 +160,7 @@ class Connection(asyncio.Protocol):
         "reusable",
         "sink",
         "transport",
+        "waited_s",
     )
 
     def __init__(self, pool: Pool) -> None:
@@ -172,6 +173,9 @@ class Connection(asyncio.Protocol):
         """The last reply ended completely on a connection that may carry another."""
         self.got_bytes = False
         self.idle_since = 0.0
+        self.waited_s = 0.0
+        """How long the request that took this connection waited for the pool (0 when it
+        was free): the client counts that as its queueing, not as time to first token."""
         self._reset_head()
 
     def _reset_head(self) -> None:
@@ -352,6 +356,8 @@ class Pool:
         self._idle: list[Connection] = []
         self._open = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._woken = 0
+        """Waiters woken whose task has not run yet: each is owed what freed it."""
         self._ssl: ssl.SSLContext | None = None
         self._addrs: list[str] = []
         self._addrs_at = -DNS_TTL_S
@@ -372,34 +378,28 @@ class Pool:
 
     async def acquire(self, *, fresh: bool = False) -> Connection:
         """A connection ready for a request: the newest idle one that is still open and not
-        idle too long, else a new one (``fresh``: always a new one). Raises
+        idle too long, else a new one (``fresh``: always a new one). Requests that find the
+        pool full wait their turn in arrival order: a newcomer never takes a connection that
+        a woken waiter is owed. The wait is ``waited_s`` on the connection returned. Raises
         :class:`ConnectError`."""
+        t_wait = 0.0
+        if self._waiters or self._woken:  # others wait: take a place behind them
+            t_wait = time.perf_counter()
+            await self._wait(front=False)
         while True:
             if not fresh:
-                now = time.monotonic()
-                while self._idle:
-                    conn = self._idle.pop()
-                    if not conn.closed and now - conn.idle_since < self.keepalive_s:
-                        return conn
-                    conn.close()
+                conn = self._take_idle()
+                if conn is not None:
+                    return self._taken(conn, t_wait)
             elif self._open >= self.limit and self._idle:
                 self._idle[0].close()  # make room for the fresh one
             if self._open < self.limit:
                 break
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
-            try:
-                await fut
-            except BaseException:
-                if fut.done() and not fut.cancelled():
-                    self._wake()  # woken, then cancelled: pass the turn on
-                else:
-                    with contextlib.suppress(ValueError):
-                        self._waiters.remove(fut)
-                raise
+            t_wait = t_wait or time.perf_counter()
+            await self._wait(front=True)  # woken but beaten to it: first in line again
         self._open += 1
         try:
-            return await self._connect()
+            return self._taken(await self._connect(), t_wait)
         except BaseException:
             self._open -= 1
             self._wake()
@@ -430,11 +430,46 @@ class Pool:
             self._idle.remove(conn)
         self._wake()
 
+    def _take_idle(self) -> Connection | None:
+        now = time.monotonic()
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.closed and now - conn.idle_since < self.keepalive_s:
+                return conn
+            conn.close()
+        return None
+
+    def _taken(self, conn: Connection, t_wait: float) -> Connection:
+        conn.waited_s = time.perf_counter() - t_wait if t_wait else 0.0
+        if self._waiters and (self._idle or self._open < self.limit):
+            self._wake()  # more was freed than there were woken waiters: the next one's turn
+        return conn
+
+    async def _wait(self, *, front: bool) -> None:
+        """Until a connection is freed for this waiter (``front``: ahead of the others)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if front:
+            self._waiters.appendleft(fut)
+        else:
+            self._waiters.append(fut)
+        try:
+            await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self._woken -= 1
+                self._wake()  # woken, then cancelled: pass the turn on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(fut)
+            raise
+        self._woken -= 1
+
     def _wake(self) -> None:
         while self._waiters:
             fut = self._waiters.popleft()
             if not fut.done():
                 fut.set_result(None)
+                self._woken += 1
                 return
 
     async def _connect(self) -> Connection:

@@ -26,6 +26,7 @@ import stress
 from stress.calibrate import server_token_count
 from stress.client import ChatClient, TimeoutPolicy
 from stress.collectors.base import Collector, RunClock
+from stress.config.plan import RunPlan, plan_run
 from stress.corpus import Corpus
 from stress.engine import Engine, RunCounters
 from stress.errors import RecordingError, RunDirError, StressError
@@ -38,7 +39,7 @@ from stress.live import Live
 from stress.preflight import gpu_warnings, preflight
 from stress.probe import check_users
 from stress.recorder import Recorder, new_run_dir, write_json
-from stress.scenario import LoadedScenario, Scenario, phase_plan, time_scaled, worker_count
+from stress.scenario import LoadedScenario, Scenario, worker_count
 from stress.secrets import REDACTOR, safe_url
 from stress.target import Target, make_session, open_target
 from stress.tokens import get_tokenizer
@@ -258,9 +259,9 @@ async def _run(
     view: ViewChild | None = None,
 ) -> RunOutcome:
     original = loaded.scenario
-    # what the engine runs, step by step, in wall seconds
-    plan = [(label, time_scaled(step, target.time_scale)) for label, step in phase_plan(original)]
-    sc = plan[0][1]
+    run_plan = plan_run(original, target.time_scale, os.cpu_count())
+    plan = list(run_plan.steps)  # what the engine runs, step by step, in wall seconds
+    sc = run_plan.first
     tokenizer = get_tokenizer()
     corpus: Corpus | None = None
     paste_scale, calibration = 1.0, "tokenizer: local " + tokenizer.name
@@ -301,19 +302,20 @@ async def _run(
         probe_result = probe_result.model_copy(update={"gpu": answered})
         probe_warnings += gpu_warnings(answered)
         gpu = None  # else it joins the manifest and the events when it answers
-    probe_warnings += check_users(probe_result, max(step.peak_users for _, step in plan))
+    probe_warnings += check_users(probe_result, run_plan.peak)
     server_kind = sc.target.server
     if server_kind == "auto" and probe_result.kind in ("vllm", "sglang", "llamacpp"):
         server_kind = probe_result.kind
     nonce = uuid.uuid4().hex[:10]
     counters = RunCounters()
-    n_workers = 1 if sc.arrivals or sc.replay else worker_count(original, os.cpu_count())
+    n_workers = run_plan.workers
     launcher: RayLauncher | None = None
     if ray is not None:
         from stress.ray_pool import RayLauncher
 
         launcher = RayLauncher.connect(ray or None)  # one line when it cannot
-        n_workers = worker_count(original, launcher.cpus)
+        run_plan = run_plan.with_workers(worker_count(original, launcher.cpus))
+        n_workers = run_plan.workers
         try:
             launcher.check(n_workers, target.url)
         except StressError:
@@ -327,7 +329,7 @@ async def _run(
 
         pool = WorkerPool(
             n_workers,
-            max(step.users.count for _, step in plan),
+            run_plan.users,
             sc.limits,
             counters,
             lambda reason: printer.line(
@@ -337,7 +339,9 @@ async def _run(
             launcher,
         )
         try:
-            await pool.start(_worker_config(loaded, plan, target, nonce, paste_scale, corpus_name))
+            await pool.start(
+                _worker_config(loaded, run_plan, target, nonce, paste_scale, corpus_name)
+            )
         except BaseException:
             await pool.abort()
             raise
@@ -351,7 +355,7 @@ async def _run(
             "with a writable folder"
         ) from None
     live = Live(
-        0 if sc.arrivals else max(step.users.count for _, step in plan),
+        run_plan.users,
         time_scale=target.time_scale,
     )
     clock = RunClock.start()
@@ -365,8 +369,8 @@ async def _run(
             "target": "sim (built-in simulator)" if target.sim else safe_url(target.url),
             "model": target.model,
             "server": server_kind,
-            "users": sc.peak_users,
-            "load": _load_text(original),
+            "users": run_plan.peak,
+            "load": _load_text(original, run_plan),
             "duration_s": sc.duration,
             "rounds": sc.rounds,
             "cache": sc.conversation.cache,
@@ -422,6 +426,7 @@ async def _run(
         "probe_warnings": probe_warnings,
         "cache_isolation": f"run nonce {nonce} in every prompt's opening marker",
         "workers": n_workers,
+        "plan": run_plan.manifest(),
         **({"worker_pids": [w.pid for w in pool.workers]} if pool is not None else {}),
         **({"worker_details": pool.details()} if pool is not None else {}),
         **({"ray": {"address": launcher.address, "nodes": launcher.nodes()}} if launcher else {}),
@@ -446,8 +451,7 @@ async def _run(
         TimeoutPolicy(
             sc.timeouts.connect, sc.timeouts.first_token, sc.timeouts.stall, sc.timeouts.total
         ),
-        # open loop: peak_users is the session cap, else a bound from the rate
-        limit=max(original.peak_users, sc.connection.limit or 0) + 4,
+        limit=run_plan.connections(),
         reuse=sc.connection.reuse,
         clock_t0=clock.t0_ns / 1e9,
     )
@@ -554,7 +558,7 @@ async def _run(
             loop.add_signal_handler(sig, on_sigint)
     printer.line(
         f"stress {stress.__version__}: {sc.name} -> {manifest['target_url']} model "
-        f"{target.model}, {_load_text(original)}, cache {sc.conversation.cache}; "
+        f"{target.model}, {_load_text(original, run_plan)}, cache {sc.conversation.cache}; "
         f"writing {run_dir}"
     )
     if metrics is not None:
@@ -566,7 +570,7 @@ async def _run(
                 run_dir.name,
                 target.model,
                 "sim" if target.sim else server_kind,
-                max(step.peak_users for _, step in plan),
+                run_plan.peak,
                 target.time_scale,
                 in_flight=lambda: live.in_flight,
                 client_health=lambda: live.collectors.get("client"),
@@ -578,7 +582,7 @@ async def _run(
         RunEvent(
             clock.now(),
             "run_started",
-            f"{sc.name}: {_load_text(original)}",
+            f"{sc.name}: {_load_text(original, run_plan)}",
             "info",
             data={"run_nonce": nonce},
         )
@@ -662,7 +666,7 @@ async def _run(
 
 def _worker_config(
     loaded: LoadedScenario,
-    plan: list[tuple[str, Scenario]],
+    plan: RunPlan,
     target: Target,
     nonce: str,
     paste_scale: float,
@@ -672,7 +676,8 @@ def _worker_config(
     them, the target as resolved here (the key travels on the pipe, never in argv or the
     environment) and the run nonce; the run clock's origin follows when it starts."""
     return {
-        "plan": [[label, step.model_dump(mode="json")] for label, step in plan],
+        "plan": [[label, step.model_dump(mode="json")] for label, step in plan.steps],
+        "connections": [plan.connections(plan.worker_users(k)) for k in range(plan.workers)],
         "url": target.url,
         "headers": target.headers,
         "model": target.model,
@@ -682,13 +687,17 @@ def _worker_config(
     }
 
 
-def _load_text(sc: Scenario) -> str:
-    """``16 users`` (closed loop) or ``sessions arriving at 30/min (poisson)`` (open loop)."""
+def _load_text(sc: Scenario, plan: RunPlan) -> str:
+    """``16 users``, ``1-8 users in 8 steps`` (phases), or ``sessions arriving at 30/min
+    (poisson)`` (open loop)."""
     a = sc.arrivals
     if sc.replay is not None:
         return f"replay of {Path(sc.replay.trace).name} at speed {sc.replay.speed:g}"
     if a is None:
-        return f"{sc.users.count} users"
+        least = min(step.users.count for _, step in plan.steps)
+        if len(plan.steps) > 1 and least != plan.users:
+            return f"{least}-{plan.users} users in {len(plan.steps)} steps"
+        return f"{plan.users} users"
     cap = f", at most {a.max_concurrent} at once" if a.max_concurrent else ""
     return f"sessions arriving at {a.rate:g}/min ({a.process}){cap}"
 

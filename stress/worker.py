@@ -192,14 +192,13 @@ class Worker:
         self.stop_reason: str | None = None
         self.counters = RunCounters()
         sc = self.plan[0][1]
-        users = len(range(self.k, max(s.users.count for _, s in self.plan), self.n))
         self.client = ChatClient(
             cfg["url"],
             cfg["headers"],
             TimeoutPolicy(
                 sc.timeouts.connect, sc.timeouts.first_token, sc.timeouts.stall, sc.timeouts.total
             ),
-            limit=max(users, sc.connection.limit or 0) + 4,
+            limit=cfg["connections"][self.k],  # the run plan's, for this worker's users
             reuse=sc.connection.reuse,
             clock_t0=self.t0,
         )

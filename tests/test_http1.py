@@ -134,6 +134,43 @@ async def test_the_limit_bounds_open_connections_and_the_rest_wait() -> None:
     assert open_after == 3 and len(server.heads) == 9
 
 
+async def test_waiters_are_served_in_order_and_their_wait_is_queueing_not_ttft() -> None:
+    """One connection, a reply of 0.2 s, four requests sent 0.01 s apart: each is served in
+    the order it asked, none overtakes a waiter (a user that just finished and asks again
+    goes to the back), and the wait for the connection is ``queue_s``, never TTFT."""
+    reply_s = 0.2
+
+    async def slow(n: int, w: asyncio.StreamWriter) -> bool:
+        await asyncio.sleep(reply_s)
+        w.write(framed(SSE))
+        return True
+
+    async with raw(slow) as server:
+        client = ChatClient(f"http://127.0.0.1:{server.port}", {}, POLICY, limit=1)
+        order: list[int] = []
+
+        async def user(u: int, delay: float) -> RequestRecord:
+            await asyncio.sleep(delay)
+            rec = RequestRecord(user=u, conversation=1, round=1, turn=1)
+            await client.chat(BODY, rec, time.perf_counter())
+            order.append(u)
+            if u == 0:  # asks again at once: behind the three already waiting
+                again = RequestRecord(user=0, conversation=1, round=2, turn=2)
+                await client.chat(BODY, again, time.perf_counter())
+                order.append(10)
+            return rec
+
+        recs = await asyncio.gather(*(user(u, 0.01 * u) for u in range(4)))
+        await client.close()
+    assert order == [0, 1, 2, 3, 10]
+    assert [r.outcome for r in recs] == ["ok"] * 4
+    for r in recs:  # the server answers each in ~reply_s once it has it
+        assert r.ttft_s is not None and r.ttft_s < 2 * reply_s, (r.user, r.ttft_s)
+    waits = [r.queue_s for r in recs]
+    assert waits[0] < reply_s / 2
+    assert all(w > reply_s / 2 for w in waits[1:]), waits  # the wait is there, as queueing
+
+
 async def test_connections_closed_or_idle_too_long_are_never_reused() -> None:
     async with raw(writes(framed(SSE))) as server:
         client = ChatClient(f"http://127.0.0.1:{server.port}", {}, POLICY, limit=4)

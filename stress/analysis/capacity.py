@@ -416,7 +416,7 @@ def capacity_answer(run: RunData, checks: list[SloCheck] | None = None) -> Capac
     first = [r for r in main if is_first_turn(r)]
     follow = [r for r in main if not is_first_turn(r)]
     load = open_load(run) if run.scenario.get("arrivals") else None
-    users = load.max_active if load is not None else _users(run)
+    users = load.max_active if load is not None else run.peak_users
     top = max((conv_len(r) for r in main), default=0.0)
     pool = pool_tokens(run)
     retention, fell, peak = retention_buckets(run, pool)
@@ -463,15 +463,6 @@ def figures_text(main: list[Record]) -> str:
         text = f"{label} {num(figures.percentile(values, q))} {unit}"
         parts.append(text + (f" [{num(ci[0])}-{num(ci[1])}]" if ci else f" (n = {len(values)})"))
     return ", ".join(parts) or "no request generated text"
-
-
-def _users(run: RunData) -> int:
-    """The run's users: the most that ran at once (a phase sweep's largest step)."""
-    per_phase: dict[str, set[int]] = {}
-    for r in figures.main_requests(run.requests):
-        per_phase.setdefault(str(r.get("phase") or "main"), set()).add(int(r.get("user") or 0))
-    seen = max((len(u) for u in per_phase.values()), default=0)
-    return max(int((run.scenario.get("users") or {}).get("count") or 0), seen)
 
 
 def _per_user_peak(records: Sequence[Record]) -> float:

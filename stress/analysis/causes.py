@@ -151,11 +151,6 @@ def _server_kind(run: RunData) -> str | None:
     return None
 
 
-def _users(run: RunData) -> int:
-    seen = {r.get("user") for r in run.main if r.get("user") is not None}
-    return len(seen) or int((run.scenario.get("users") or {}).get("count") or 0)
-
-
 def _cache_causes(run: RunData) -> list[Cause | None]:
     slots = llamacpp_slots(run)
     # On llama.cpp the "pool" is the slots' contexts: with too few slots that is the cause,
@@ -231,7 +226,7 @@ def llamacpp_slots(run: RunData) -> Cause | None:
     slots = probe.get("slots")
     if _server_kind(run) != "llamacpp" or not isinstance(slots, int) or slots <= 0:
         return None
-    users = _users(run)
+    users = run.peak_users
     retention = figures.cache_retention(run.main)
     if users <= slots or (retention is not None and retention >= RETENTION_FLOOR):
         return None
@@ -286,7 +281,7 @@ def _slot_shortage(run: RunData) -> bool | None:
     if isinstance(waiting, int | float) and waiting > 0:
         return True
     if isinstance(slots, int) and slots > 0:
-        if _users(run) > slots:
+        if run.peak_users > slots:
             return True
         if isinstance(waiting, int | float):
             return False
@@ -315,7 +310,7 @@ def _llamacpp_ttft(run: RunData, recs: list[Record]) -> Cause | None:
             return Cause(
                 "server_stall",
                 "the server holding requests before prefill (slots were free)",
-                f"{head} over {num(pre)} s of prefill {where}, with {_users(run)} users on "
+                f"{head} over {num(pre)} s of prefill {where}, with {run.peak_users} users on "
                 f"{slots} slots and no request deferred by the server: not a slot shortage. "
                 "llama.cpp's host-RAM prompt cache does this (it copies idle slots' KV cache "
                 "on each request start): try --cache-ram 0.",

@@ -62,6 +62,23 @@ class RunData:
         return str(self.scenario.get("name") or "?")
 
     @property
+    def peak_users(self) -> int:
+        """The most users (closed loop) or sessions (open loop) at once in any step: the
+        run plan's figure as the manifest holds it; for a run directory without one, the
+        busiest step's users as the scenario and the records show them."""
+        plan = self.manifest.get("plan")
+        if isinstance(plan, dict) and isinstance(plan.get("peak"), int):
+            return int(plan["peak"])
+        sc = self.scenario
+        counts = [(sc.get("users") or {}).get("count")]
+        counts += [ph.get("users") for ph in sc.get("phases") or () if isinstance(ph, dict)]
+        per_step: dict[str, set[object]] = {}
+        for r in self.requests:
+            per_step.setdefault(str(r.get("phase") or "main"), set()).add(r.get("user"))
+        seen = max((len(u - {None}) for u in per_step.values()), default=0)
+        return max([seen, *(int(c) for c in counts if isinstance(c, int | float))])
+
+    @property
     def main(self) -> list[Record]:
         """Requests that count for headline figures (warm-up excluded, field note 7)."""
         return [r for r in self.requests if not r.get("warmup")]

@@ -70,7 +70,7 @@ def row_for(run_dir: Path) -> ArchiveRow:
         scenario=run.scenario_name,
         target=str(m.get("target_url") or "-"),
         model=str(m.get("model") or "-"),
-        users=int((run.scenario.get("users") or {}).get("count") or 0),
+        users=run.peak_users,
         duration_s=round(run.duration_s, 1),
         verdict=analysis.verdict.status,
         slo=slo_cell(analysis.verdict.slo),
