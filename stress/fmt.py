@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from stress.analysis.stats import Describe
+from typing import Protocol
+
+
+class Described(Protocol):
+    """A distribution's summary (``stress.analysis.stats.Describe``), as far as it is shown."""
+
+    @property
+    def n(self) -> int: ...
+    @property
+    def mean(self) -> float | None: ...
+    @property
+    def sd(self) -> float | None: ...
 
 
 def num(v: float | int | None, digits: int = 3) -> str:
@@ -21,7 +32,7 @@ def pct(v: float | None) -> str:
     return "-" if v is None else f"{100.0 * v:.1f}%"
 
 
-def mean_sd(d: Describe, digits: int = 3) -> str:
+def mean_sd(d: Described, digits: int = 3) -> str:
     if d.n == 0 or d.mean is None:
         return "-"
     return f"{num(d.mean, digits)} ± {num(d.sd, digits)}"

@@ -27,10 +27,12 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from stress.collectors.prometheus import (
+    METRICS_FLAGS,
     MetricSet,
     MetricsParseError,
     detect_dialect,
     info_labels,
+    normalize_base_url,
     parse_metrics,
     vllm_kv_pool_tokens,
 )
@@ -39,11 +41,6 @@ from stress.secrets import safe_url
 
 ServerKind = Literal["vllm", "sglang", "llamacpp", "openai", "unknown"]
 
-METRICS_FLAGS: dict[str, str] = {
-    "vllm": "vLLM serves /metrics unless started with --disable-log-stats: remove that flag",
-    "sglang": "start SGLang with --enable-metrics",
-    "llamacpp": "start llama-server with --metrics",
-}
 CACHED_TOKENS_FLAGS: dict[str, str] = {
     "vllm": "start vLLM with --enable-prompt-tokens-details",
     "sglang": "start SGLang with --enable-cache-report",
@@ -58,12 +55,6 @@ _NAMES: dict[str, str] = {
 }
 _SECRET_KEY = re.compile(r"(api_?key|secret|passw|credential|auth|(^|_)token$)", re.IGNORECASE)
 _PROPS_DROP = {"chat_template", "media_marker", "bos_token", "eos_token", "ui_settings"}
-
-
-def normalize_base_url(url: str) -> str:
-    """Server root without a trailing slash or ``/v1`` (users often paste the API base)."""
-    url = url.strip().rstrip("/")
-    return url[:-3] if url.endswith("/v1") else url
 
 
 class ProbeResult(BaseModel):

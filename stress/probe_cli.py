@@ -16,10 +16,11 @@ import sys
 
 import orjson
 
+from stress.collectors.prometheus import normalize_base_url
 from stress.errors import StressError
 from stress.fetch import Fetcher
 from stress.preflight import gpu_info, with_gpu_info
-from stress.probe import ProbeResult, check_scenario, normalize_base_url, probe, render_probe
+from stress.probe import ProbeResult, check_scenario, probe, render_probe
 from stress.secrets import REDACTOR, load_api_key, safe_url
 
 DEFAULT_TARGET = "http://127.0.0.1:8000"

@@ -35,7 +35,7 @@ from stress.secrets import safe_url
 from stress.sse import MAX_EVENT_BYTES, SSEError, SSEParser
 
 if TYPE_CHECKING:
-    from stress.client import _Watchdog
+    from stress.deadlines import Watchdog
 
 CONTEXT_PATTERNS = re.compile(
     rb"exceed_context_size|context length|context_length|maximum context|too long|"
@@ -110,7 +110,7 @@ class ReplyReader:
         rec: RequestRecord,
         reply: Reply,
         t_send: float,
-        wd: _Watchdog,
+        wd: Watchdog,
         token_times: array[float] | None,
     ) -> None:
         self.clock = clock

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import stress
 from stress.calibrate import server_token_count
-from stress.client import ChatClient, TimeoutPolicy
+from stress.client import ChatClient
 from stress.collectors.base import Collector, RunClock
 from stress.config.plan import RunPlan, plan_run
 from stress.corpus import Corpus
+from stress.deadlines import TimeoutPolicy
 from stress.engine import Engine, RunCounters
 from stress.errors import RecordingError, RunDirError, StressError
 from stress.events import QUIET_EVENT_KINDS, RunEvent

@@ -34,6 +34,7 @@ from pydantic import (
 )
 
 from stress.analysis.limits import DEFAULT_ERROR_RATE
+from stress.core import rates
 from stress.durations import parse_duration
 from stress.errors import CorpusError, Problem, ScenarioError
 from stress.yamlpos import Located, load_located
@@ -212,25 +213,14 @@ class Arrivals(_Model):
     def rate_at(self, t: float) -> tuple[float, float | None]:
         """The rate (per minute) at ``t`` seconds into the run, and when it next changes
         (None: never)."""
-        rate, until = self.rate, None
-        for step in self.schedule:
-            if step.at > t:
-                until = step.at
-                break
-            rate = step.rate
-        return rate, until
+        return rates.rate_at(self.rate, self._steps(), t)
 
     def mean_rate(self, window_s: float) -> float:
         """The scheduled rate averaged over the first ``window_s`` seconds (per minute)."""
-        if window_s <= 0 or not self.schedule:
-            return self.rate
-        total, t = 0.0, 0.0
-        while t < window_s:
-            rate, until = self.rate_at(t)
-            end = window_s if until is None else min(until, window_s)
-            total += rate * (end - t)
-            t = end
-        return total / window_s
+        return rates.mean_rate(self.rate, self._steps(), window_s)
+
+    def _steps(self) -> list[tuple[float, float]]:
+        return [(step.at, step.rate) for step in self.schedule]
 
     @field_validator("rounds")
     @classmethod

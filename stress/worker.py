@@ -33,10 +33,11 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from stress.client import ChatClient, TimeoutPolicy
+from stress.client import ChatClient
 from stress.collectors.base import RunClock
 from stress.collectors.client import ClientHealthCollector
 from stress.corpus import Corpus
+from stress.deadlines import TimeoutPolicy
 from stress.engine import Engine, RunCounters
 from stress.events import RunEvent
 from stress.record import RequestRecord
@@ -378,7 +379,7 @@ async def _connected(host: str, port: int, hello: list[Any]) -> int:
 def run_connected(host: str, port: int, hello: list[Any]) -> int:
     """A worker that reaches its parent over TCP (a Ray actor, ``stress.ray_pool``):
     the same worker as ``python -m stress.worker``, one socket instead of two pipes."""
-    from stress.cli import run_async
+    from stress.runtime.loop import run_async
 
     return run_async(_connected(host, port, hello))
 
@@ -400,7 +401,7 @@ def main() -> int:
     os.dup2(2, 1)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
-    from stress.cli import run_async
+    from stress.runtime.loop import run_async
 
     try:
         return run_async(_main(proto_fd))

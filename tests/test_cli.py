@@ -664,7 +664,7 @@ def test_the_runs_loop_gets_the_interpreter_back_within_stress_s_switch_interval
     stream's bytes are stamped, waiting 5 ms (benchmarks/thread_wake.py)."""
     code = (
         "import sys\n"
-        "from stress.cli import SWITCH_INTERVAL_S, run_async\n"
+        "from stress.runtime.loop import SWITCH_INTERVAL_S, run_async\n"
         "async def inside(): return sys.getswitchinterval()\n"
         "before = sys.getswitchinterval()\n"
         "print(before, run_async(inside()), SWITCH_INTERVAL_S)\n"

@@ -15,7 +15,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from stress.client import ChatClient, TimeoutPolicy, _check_ok
+from stress.client import ChatClient, _check_ok
+from stress.deadlines import TimeoutPolicy
 from stress.record import RequestRecord
 from stress.sse import MAX_EVENT_BYTES
 from tests.fakes import DONE, FakeServer, chunk, read_request, serve, stream, usage_chunk

@@ -17,7 +17,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from stress.client import ChatClient, TimeoutPolicy
+from stress.client import ChatClient
+from stress.deadlines import TimeoutPolicy
 from stress.record import RequestRecord
 from stress.sse import MAX_EVENT_BYTES
 from tests.fakes import DONE, FakeServer, chunk, serve, usage_chunk

@@ -13,8 +13,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from stress.client import ChatClient, TimeoutPolicy
+from stress.client import ChatClient
 from stress.corpus import Corpus, Excerpt
+from stress.deadlines import TimeoutPolicy
 from stress.engine import Engine, EngineResult
 from stress.live import Live
 from stress.record import RequestRecord

@@ -13,7 +13,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from stress.client import ChatClient, TimeoutPolicy
+from stress.client import ChatClient
+from stress.deadlines import TimeoutPolicy
 from stress.http1 import Endpoint, request_head
 from stress.record import RequestRecord
 from tests.fakes import DONE, chunk, framed, raw, usage_chunk, writes

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,13 @@ def test_lazily_loaded_commands_still_show_their_arguments(command: str) -> None
         timeout=60,
     ).stdout
     assert f"usage: stress {command}" in out and "--" in out.split("options:")[1]
+
+
+def test_the_import_contracts_hold() -> None:
+    """pyproject.toml's [tool.importlinter] contracts: the layers, the forbidden imports and
+    no circles (CI's lint stage runs the same command)."""
+    exe = Path(sys.executable).with_name("lint-imports")
+    proc = subprocess.run(
+        [str(exe)], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1]
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

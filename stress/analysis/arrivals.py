@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from stress.analysis.rundata import RunData
+from stress.core import rates
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +84,14 @@ class OpenLoad:
 def _scheduled_rate(spec: dict[str, Any], window_s: float) -> float:
     """The scenario's rate per minute, averaged over the arrival window when it follows a
     schedule (``arrivals.schedule``; both on the scenario's own clock)."""
-    from stress.scenario import Arrivals
-
-    try:
-        return Arrivals.model_validate(spec).mean_rate(window_s)
-    except ValueError:  # a scenario this version cannot read: its plain rate
-        return float(spec.get("rate") or 0.0)
+    base = _num(spec.get("rate")) or 0.0
+    steps = []
+    for step in spec.get("schedule") or ():
+        at, rate = (_num(step.get(k)) if isinstance(step, dict) else None for k in ("at", "rate"))
+        if at is None or rate is None:  # a schedule this version cannot read: the plain rate
+            return base
+        steps.append((at, rate))
+    return rates.mean_rate(base, sorted(steps), window_s)
 
 
 def _num(v: Any) -> float | None:

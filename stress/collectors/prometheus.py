@@ -77,6 +77,19 @@ GAUGES: frozenset[str] = frozenset(
     }
 )
 
+METRICS_FLAGS: dict[str, str] = {
+    "vllm": "vLLM serves /metrics unless started with --disable-log-stats: remove that flag",
+    "sglang": "start SGLang with --enable-metrics",
+    "llamacpp": "start llama-server with --metrics",
+}
+"""How to turn each dialect's /metrics on, for the pre-flight and the server collector."""
+
+
+def normalize_base_url(url: str) -> str:
+    """Server root without a trailing slash or ``/v1`` (users often paste the API base)."""
+    url = url.strip().rstrip("/")
+    return url[:-3] if url.endswith("/v1") else url
+
 
 class MetricsParseError(ValueError):
     """The /metrics body is not Prometheus text."""

@@ -30,17 +30,18 @@ from stress.collectors.base import Collector, RunClock, Sink
 from stress.collectors.prometheus import (
     COUNTERS,
     DIALECTS,
+    METRICS_FLAGS,
     CounterTracker,
     Dialect,
     MetricSet,
     MetricsParseError,
     canonical,
     detect_dialect,
+    normalize_base_url,
     parse_metrics,
 )
 from stress.events import RunEvent, Severity
 from stress.fetch import Fetcher, FetchError
-from stress.probe import METRICS_FLAGS, normalize_base_url
 
 _MAX_ERROR_EVENTS = 20
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stress.report.build import Report, build_report, make_report
+    from stress.report.build import build_report, make_report
+    from stress.report.model import Report
 
 __all__ = ["Report", "build_report", "make_report"]
 
@@ -21,6 +22,10 @@ __all__ = ["Report", "build_report", "make_report"]
 def __getattr__(name: str) -> Any:
     # Lazy: importing one submodule (the CLI entry points) does not load the
     # whole report (which itself uses the summary's warnings).
+    if name == "Report":
+        from stress.report import model
+
+        return model.Report
     if name in __all__:
         from stress.report import build
 

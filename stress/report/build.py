@@ -8,14 +8,12 @@ was measured. Every figure comes from the run's one analysis (``stress.analysis.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from stress.analysis import figures
 from stress.analysis.analyze import Analysis, analyze
-from stress.analysis.judge import Verdict
 from stress.analysis.rundata import RunData
 from stress.fmt import num, pct
 from stress.report.capacity import capacity_section
@@ -23,30 +21,12 @@ from stress.report.fingerprint import fingerprint
 from stress.report.headline import DEFINITIONS, headline_table
 from stress.report.itl import itl_section, per_user_table
 from stress.report.load import load_section
-from stress.report.model import Chart, Section, Table
+from stress.report.model import Report, Section, Table
 from stress.report.series import SIMULATED_NOTE, gpu_series, simulated_gpus, total_energy_j
 from stress.report.tables import per_phase, per_round, per_user
 
 CHART_DIR = "report-charts"
 """Beside report.md: the charts as SVG files (report.html carries them inline)."""
-
-
-@dataclass(slots=True)
-class Report:
-    run_id: str
-    scenario: str
-    verdict: Verdict
-    headline: Table
-    definitions: list[tuple[str, str]]
-    sections: list[Section]
-    fingerprint: Table
-    charts: list[Chart] = field(default_factory=list)
-    capacity: str = ""
-    """The capacity answer's sentence (``stress.analysis.capacity``)."""
-
-    @property
-    def title(self) -> str:
-        return f"stress report: {self.scenario} ({self.run_id})"
 
 
 def gpu_table(run: RunData) -> Table | None:

@@ -7,6 +7,10 @@ strings so the two renderers cannot disagree about a number.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stress.analysis.judge import Verdict
 
 SORT_KEYS = ("date", "scenario", "ttft_p95", "tok_s", "hit_rate", "duration")
 """``stress ls --sort``: the archive's sort keys."""
@@ -38,3 +42,21 @@ class Section:
     charts: list[Chart] = field(default_factory=list)
     folded: bool = False
     """Detail a reader opens on demand (HTML: a closed <details>; Markdown: at the end)."""
+
+
+@dataclass(slots=True)
+class Report:
+    run_id: str
+    scenario: str
+    verdict: Verdict
+    headline: Table
+    definitions: list[tuple[str, str]]
+    sections: list[Section]
+    fingerprint: Table
+    charts: list[Chart] = field(default_factory=list)
+    capacity: str = ""
+    """The capacity answer's sentence (``stress.analysis.capacity``)."""
+
+    @property
+    def title(self) -> str:
+        return f"stress report: {self.scenario} ({self.run_id})"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from stress.report.model import Section, Table
 
 if TYPE_CHECKING:
-    from stress.report.build import Report
+    from stress.report.model import Report
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;

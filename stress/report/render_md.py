@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from stress.report.model import Section, Table
 
 if TYPE_CHECKING:
-    from stress.report.build import Report
+    from stress.report.model import Report
 
 
 def _cell(s: str) -> str:

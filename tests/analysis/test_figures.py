@@ -18,10 +18,10 @@ from stress.fmt import times
 from stress.live import Live, Snapshot
 from stress.record import RequestRecord
 from stress.report.archive import row_for
-from stress.report.build import Report, make_report
+from stress.report.build import make_report
 from stress.report.capacity import capacity_section
 from stress.report.compare import compare
-from stress.report.model import Table
+from stress.report.model import Report, Table
 from stress.summary import build_summary
 from stress.tui.verdict import judge
 from tests.report.synth import gpu_records, manifest, request, write_run

@@ -16,9 +16,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from stress.client import ChatClient, TimeoutPolicy
+from stress.client import ChatClient
 from stress.collectors.prometheus import canonical, detect_dialect, parse_metrics
 from stress.collectors.server import summarize_slots
+from stress.deadlines import TimeoutPolicy
 from stress.fetch import Fetcher
 from stress.probe import probe
 from stress.record import RequestRecord

@@ -1,0 +1,1 @@
+"""What every layer shares and that imports nothing of stress: small pure helpers."""
