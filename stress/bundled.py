@@ -192,13 +192,20 @@ class Written:
     """The schema file, when it was written (absent or out of date before)."""
 
 
+def _holds(path: Path, content: bytes) -> bool:
+    """Whether ``path`` is a regular file holding exactly ``content`` (read only when its
+    size matches, so a large file or a FIFO of that name is never read)."""
+    return path.is_file() and path.stat().st_size == len(content) and path.read_bytes() == content
+
+
 def init_scenario(name: str, dest: str | None, *, force: bool = False) -> Written:
     """Copy the bundled scenario ``name`` to ``dest`` (a folder, created if needed, or a
     ``.yaml`` / ``.yml`` file; default: the current directory) with the scenario schema
     next to it. A copy under another file name gets that name as its ``name:``.
 
-    Raises ``ScenarioError`` (one line, exit 2) for an unknown name or an existing file,
-    ``OSError`` when the destination cannot be written.
+    Raises ``ScenarioError`` (one line, exit 2) for an unknown name, or, without ``force``,
+    an existing scenario file or a schema file that differs from this version's (nothing is
+    written then); ``OSError`` when the destination cannot be written.
     """
     source = bundled_scenario(name)
     if source is None:
@@ -216,15 +223,25 @@ def init_scenario(name: str, dest: str | None, *, force: bool = False) -> Writte
     target = Path(dest) if dest else Path()
     if target.is_dir() or target.suffix not in SCENARIO_SUFFIXES:
         target = target / source.name
-    if target.exists() and not force:
+    schema_path = target.parent / SCHEMA_NAME
+    schema = SCHEMA_FILE.read_bytes()
+    # a schema equal to this version's is left as it is, so a second copy into the same
+    # folder needs no --force; any other file there is the user's (edited, or an older
+    # stress's) and is kept unless --force says otherwise
+    stale = schema_path.exists() and not _holds(schema_path, schema)
+    existing = [p for p, there in ((target, target.exists()), (schema_path, stale)) if there]
+    if existing and not force:
+        which = " and ".join(str(p) for p in existing)
+        differs = f" ({SCHEMA_NAME} differs from this stress's schema)" if stale else ""
         raise ScenarioError(
             [
                 Problem(
                     "stress init",
                     None,
                     "DEST",
-                    f"{target} already exists",
-                    "edit it, give another destination, or add --force to overwrite it",
+                    f"{which} already exist{'s' if len(existing) == 1 else ''}{differs}",
+                    "give another destination, or add --force to overwrite "
+                    f"{'it' if len(existing) == 1 else 'them'}",
                 )
             ]
         )
@@ -234,9 +251,7 @@ def init_scenario(name: str, dest: str | None, *, force: bool = False) -> Writte
         text = re.sub(rf"(?m)^name: {re.escape(source.stem)}$", f"name: {new_name}", text)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text, encoding="utf-8")
-    schema_path = target.parent / SCHEMA_NAME
-    schema = SCHEMA_FILE.read_bytes()
-    wrote_schema = not schema_path.is_file() or schema_path.read_bytes() != schema
+    wrote_schema = not _holds(schema_path, schema)
     if wrote_schema:
         schema_path.write_bytes(schema)
     return Written(target, schema_path if wrote_schema else None)

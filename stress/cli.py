@@ -527,7 +527,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "dest", nargs="?", help="folder (created if needed) or .yaml file (default: here)"
     )
-    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite an existing scenario file or a differing stress-scenario.schema.json",
+    )
     p.set_defaults(func=cmd_init)
     p = sub.add_parser("schema", help="print the scenario's JSON Schema (for editors)")
     p.set_defaults(func=cmd_schema)

@@ -30,17 +30,27 @@ ESCAPES = re.compile(rb"\x1b\[[0-9;?<>=$]*[a-zA-Z~]|\x1b[()][0-9A-Za-z]|\x1b[=>]
 class Terminal:
     """``stress ARGV`` with a new pseudo-terminal as its stdin, stdout and stderr."""
 
-    def __init__(self, argv: list[str], cwd: Path, size: tuple[int, int] = (120, 40)) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        cwd: Path,
+        size: tuple[int, int] = (120, 40),
+        *,
+        program: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``program`` (default: this interpreter's ``-m stress``) and ``env`` (default: this
+        process's) let a test drive another install, such as a built wheel's venv."""
         self.fd, tty = pty.openpty()
         cols, rows = size
         fcntl.ioctl(tty, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stress", *argv],
+            [*(program or [sys.executable, "-m", "stress"]), *argv],
             cwd=cwd,
             stdin=tty,
             stdout=tty,
             stderr=tty,
-            env={**os.environ, "TERM": "xterm-256color"},
+            env={**(os.environ if env is None else env), "TERM": "xterm-256color"},
             start_new_session=True,
         )
         os.close(tty)

@@ -671,3 +671,43 @@ def test_the_runs_loop_gets_the_interpreter_back_within_stress_s_switch_interval
     )
     before, inside, wanted = map(float, fresh_interpreter(code).split())
     assert before == 0.005 and inside == pytest.approx(wanted, abs=1e-9) and wanted <= 0.0005
+
+
+def test_init_overwrites_no_existing_file_without_force(tmp_path: Path) -> None:
+    """`stress init` keeps a schema file that is not this version's (the user's edit, or an
+    older stress's) as it keeps an existing scenario: nothing is written, one line names the
+    file and the fix; `--force` overwrites; a schema equal to this version's needs no
+    --force."""
+    from stress.bundled import SCHEMA_FILE, SCHEMA_NAME
+
+    def init(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            cli("init", *args), cwd=tmp_path, capture_output=True, text=True, timeout=30, env=env()
+        )
+
+    schema = tmp_path / SCHEMA_NAME
+    schema.write_text('{"edited": true}\n')
+    refused = init("quickstart")
+    assert refused.returncode == 2, refused.stderr
+    [line] = refused.stderr.splitlines()
+    assert f"{SCHEMA_NAME} already exists" in line and "--force" in line, line
+    assert schema.read_text() == '{"edited": true}\n'
+    assert not (tmp_path / "quickstart.yaml").exists(), "half of the copy was written"
+
+    # both files there: both named, in one line
+    (tmp_path / "quickstart.yaml").write_text("name: mine\n")
+    both = init("quickstart")
+    assert both.returncode == 2
+    [line] = both.stderr.splitlines()
+    assert f"quickstart.yaml and {SCHEMA_NAME} already exist" in line, line
+    assert (tmp_path / "quickstart.yaml").read_text() == "name: mine\n"
+
+    forced = init("quickstart", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert schema.read_bytes() == SCHEMA_FILE.read_bytes()
+    assert (tmp_path / "quickstart.yaml").read_text() != "name: mine\n"
+
+    # another scenario into the same folder: the schema is this version's, left as it is
+    again = init("eight_users_1h")
+    assert again.returncode == 0, again.stderr
+    assert f"{SCHEMA_NAME} next to it is up to date" in again.stdout
