@@ -340,9 +340,13 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 
     from stress.run import execute
     from stress.scenario import SearchSpec, load_scenario, with_overrides
-    from stress.search.runner import run_search
+    from stress.search.session import run_search, search_exit_code
 
     loaded = load_scenario(args.scenario, corpus_roots=args.corpus_root or ())
+    refused = _unsearchable(loaded)
+    if refused:
+        print(REDACTOR.text(refused), file=sys.stderr)
+        return 2
     loaded = with_overrides(loaded, duration=args.duration, target=args.target, rounds=args.rounds)
     slo = loaded.scenario.slo
     if slo.ttft_p95 is None and slo.decode_tok_s_p50 is None:
@@ -387,10 +391,39 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         )
 
     try:
-        rows, _ = run_async(run_search(loaded, out, settings, one_pass))
+        search = run_async(run_search(loaded, out, settings, one_pass))
     finally:
         _close_metrics(metrics, args.metrics_linger)
-    return 0 if any(r.search.met is not None for r in rows) else EXIT_VERDICT_FAIL
+    return search_exit_code(search)
+
+
+def _unsearchable(loaded: LoadedScenario) -> str:
+    """Why a search cannot vary the scenario's users, in one line ("": it can)."""
+    from stress.errors import Problem
+    from stress.yamlpos import load_located
+
+    sc = loaded.scenario
+    field = "replay" if sc.replay is not None else "arrivals" if sc.arrivals is not None else ""
+    if not field:
+        return ""
+    try:
+        line = load_located(loaded.path.read_text(encoding="utf-8")).line_of((field,))
+    except (OSError, ValueError):
+        line = None
+    why, fix = {
+        "replay": (
+            "a replay sends a trace's requests at the trace's times, so `stress capacity` "
+            "cannot vary its users",
+            "search a `users:` scenario (e.g. `stress init find_capacity`), or replay the "
+            "trace faster with `replay.speed` in `stress run`",
+        ),
+        "arrivals": (
+            "sessions arrive at a rate (an open loop), so `stress capacity` cannot vary its users",
+            "replace `arrivals:` with `users: {count: 1}` to search, or step the rate with "
+            "`arrivals.schedule` in `stress run`",
+        ),
+    }[field]
+    return Problem(str(loaded.path), line, field, why, fix).render()
 
 
 def _optional(

@@ -90,6 +90,50 @@ class RunOutcome:
     exit_reason: str
 
 
+class SignalRoute:
+    """Where SIGINT and SIGTERM go: to the innermost holder. A run holds them while its
+    engine runs; a capacity search holds them around its runs, so a Ctrl-C between two
+    runs, or while one prepares or writes its report, reaches the search instead of
+    raising KeyboardInterrupt in whatever code was running. A holder that takes them after
+    a signal has reached an outer one is signalled at once: the run a search was starting
+    when Ctrl-C came stops as it starts."""
+
+    def __init__(self) -> None:
+        self._holders: list[Callable[[], None]] = []
+        self._signalled = False
+
+    def take(self, on_signal: Callable[[], None]) -> Callable[[], None]:
+        """Route both signals to ``on_signal``; returns the call that gives them back."""
+        loop = asyncio.get_running_loop()
+        self._holders.append(on_signal)
+        self._install(loop)
+        if self._signalled:
+            loop.call_soon(on_signal)
+
+        def give_back() -> None:
+            self._holders.remove(on_signal)
+            self._signalled = self._signalled and bool(self._holders)
+            self._install(loop)
+
+        return give_back
+
+    def _deliver(self) -> None:
+        self._signalled = True
+        self._holders[-1]()
+
+    def _install(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                if self._holders:
+                    loop.add_signal_handler(sig, self._deliver)
+                else:
+                    loop.remove_signal_handler(sig)
+
+
+SIGNALS = SignalRoute()
+"""The process's one route: ``stress run`` and ``stress capacity`` both take it."""
+
+
 def versions() -> dict[str, str]:
     """The versions of stress, Python and ``PACKAGES`` as installed, for the manifest.
 
@@ -542,7 +586,6 @@ async def _run(
             )
 
         background.append(asyncio.create_task(_late_gpu(gpu, stop_bg, gpu_found)))
-    loop = asyncio.get_running_loop()
     interrupts = 0
 
     def on_sigint() -> None:
@@ -554,9 +597,7 @@ async def _run(
         else:
             engine_ref[0].cancel_in_flight()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, on_sigint)
+    give_back_signals = SIGNALS.take(on_sigint)
     printer.line(
         f"stress {stress.__version__}: {sc.name} -> {manifest['target_url']} model "
         f"{target.model}, {_load_text(original, run_plan)}, cache {sc.conversation.cache}; "
@@ -623,9 +664,7 @@ async def _run(
     finally:
         if pool is not None:  # every worker's last records before the files close
             await pool.close()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(sig)
+        give_back_signals()
         stop_bg.set()
         await asyncio.gather(*background, return_exceptions=True)
         await client.close()

@@ -50,7 +50,7 @@ def report_main(args: argparse.Namespace) -> int:
 def _search_report(root: Path) -> int:
     import orjson
 
-    from stress.report.search import write_search_report
+    from stress.report.search import rebuild_search_report
 
     try:
         doc = orjson.loads((root / "capacity.json").read_bytes())
@@ -63,7 +63,7 @@ def _search_report(root: Path) -> int:
             f"{root / 'capacity.json'}: not a capacity search -- fix: give a run directory "
             "or a `stress capacity` directory"
         )
-    md, html = write_search_report(root, doc)
+    md, html = rebuild_search_report(root, doc)  # a search whose process is gone: killed
     print(REDACTOR.text(str(doc.get("answer_line") or "")))
     print(f"\nreport: {md}\n        {html}")
     return 0

@@ -4,10 +4,16 @@ Built from capacity.json alone (the search's record; each pass's own run directo
 its own report), so ``stress report SEARCH_DIR`` rebuilds it and a search stopped early
 still has one. The answer comes first, then the capacity map (a grid search), then every
 step with each pass's SLO figures and links to the passes' reports.
+
+A search that did not finish (``state``: running, interrupted, server lost, killed,
+failed) has no answer: the report says how it ended and what the steps it judged showed,
+never more. A ``running`` search whose process is gone was killed; the rebuild says so.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -20,12 +26,92 @@ from stress.secrets import REDACTOR
 
 MAP_CSS = (
     "td.MET{background:#eefbea}td.MISSED{background:#fdeceb}td.NOT{background:#fff8e6}"
-    "td.empty{color:#aaa;text-align:center}"
+    "td.empty{color:#aaa;text-align:center}td.INTERRUPTED,td.SERVER{background:#eeeeee}"
 )
+
+STATE_TEXT = {
+    "running": "the search is still running",
+    "interrupted": "the search was interrupted",
+    "server lost": "the server stopped answering",
+    "killed": "the search was killed before it finished (its process is gone)",
+    "failed": "the search stopped on an error",
+}
+"""How a search that did not finish ended, as its report says it."""
+
+
+def settle(doc: dict[str, Any], state: str, why: str = "") -> dict[str, Any]:
+    """``doc`` with its ``state``; a search that did not finish loses its answer: the
+    answer says how it ended and what its judged steps showed, nothing past them."""
+    doc["state"] = state
+    if state == "finished":
+        doc["state_text"] = "finished"
+        return doc
+    steps = len(doc.get("steps") or [])
+    doc["state_text"] = STATE_TEXT.get(state, state) + (f": {why}" if why else "")
+    ended = f"{STATE_TEXT.get(state, state)} after {steps} step{'' if steps == 1 else 's'}"
+    doc["answer"] = f"no answer: {ended}; judged so far: {judged(doc, doc.get('bracket'))}"
+    head = f"capacity at SLO ({doc.get('criterion')}): "
+    if doc.get("axis") == "grid":
+        parts = []
+        for row in doc.get("rows") or []:
+            if row.get("stop") is None:
+                row["answer"] = f"no answer ({judged(doc, row.get('bracket'))})"
+            parts.append(f"{tokens(row.get('length') or 0)} tokens: {row['answer']}")
+        head = f"capacity map at SLO ({doc.get('criterion')}), {ended}, by tokens of history: "
+        doc["answer_line"] = head + "; ".join(parts)
+    else:
+        doc["answer_line"] = head + doc["answer"]
+    return doc
+
+
+def judged(doc: dict[str, Any], bracket: Any) -> str:
+    """What the judged steps showed: 'MET at 4 users, MISSED at 8 users'."""
+    lo, hi = bracket if isinstance(bracket, list) and len(bracket) == 2 else (None, None)
+    if lo is not None and hi is not None:
+        return f"MET at {_value(doc, lo)}, MISSED at {_value(doc, hi)}"
+    if lo is not None:
+        return f"MET up to {_value(doc, lo)}, nothing above it judged"
+    if hi is not None:
+        return f"MISSED at {_value(doc, hi)}, nothing below it judged"
+    return "no step judged"
+
+
+def rebuilt(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` as ``stress report`` rebuilds it: a search that never finished and whose
+    process is gone was killed. A record without ``state`` (an older stress) finished
+    when its search stopped (every row's, for a grid)."""
+    state = doc.get("state")
+    if state is None:
+        rows = doc.get("rows") or [doc]
+        state = "finished" if all(r.get("stop") for r in rows) else "running"
+    if state == "running" and not _alive(doc):
+        where = doc.get("in_flight")
+        return settle(doc, "killed", f"during the pass at {where}" if where else "")
+    return doc if doc.get("state") else settle(doc, state)
+
+
+def _alive(doc: dict[str, Any]) -> bool:
+    """The search's process still runs: same host, its pid there, running stress."""
+    pid = doc.get("pid")
+    if not isinstance(pid, int) or doc.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    try:
+        return b"capacity" in cmdline.read_bytes() if cmdline.exists() else True
+    except OSError:
+        return True
 
 
 def _value(doc: dict[str, Any], v: int) -> str:
-    return f"{tokens(v)} tokens" if doc.get("unit") == "tokens" else f"{v} users"
+    if doc.get("unit") == "tokens":
+        return f"{tokens(v)} tokens"
+    return f"{v} user{'' if v == 1 else 's'}"
 
 
 def steps_table(doc: dict[str, Any]) -> Table:
@@ -81,7 +167,10 @@ def _map_html(t: Table) -> str:
 
 
 def facts(doc: dict[str, Any]) -> list[str]:
-    out = [f"Criterion: the scenario's SLO, {doc.get('criterion')}."]
+    out = []
+    if doc.get("state") not in (None, "finished"):
+        out.append(f"Not finished: {doc.get('state_text')}; the steps below are all it ran.")
+    out.append(f"Criterion: the scenario's SLO, {doc.get('criterion')}.")
     if doc.get("stop_text"):
         out.append(f"Stopped: {doc['stop_text']}.")
     if doc.get("llamacpp_slots"):
@@ -128,6 +217,25 @@ def render_search_html(doc: dict[str, Any]) -> str:
 def write_search_report(root: Path, doc: dict[str, Any]) -> tuple[Path, Path]:
     """Write capacity.md and capacity.html into the search directory ``root``."""
     md, html = root / "capacity.md", root / "capacity.html"
-    md.write_text(REDACTOR.text(render_search_md(doc)), encoding="utf-8")
-    html.write_text(REDACTOR.text(render_search_html(doc)), encoding="utf-8")
+    _replace(md, REDACTOR.text(render_search_md(doc)))
+    _replace(html, REDACTOR.text(render_search_html(doc)))
     return md, html
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write whole or not at all: a search killed while writing keeps its last report."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def rebuild_search_report(root: Path, doc: dict[str, Any]) -> tuple[Path, Path]:
+    """``stress report SEARCH_DIR``: capacity.md and capacity.html from capacity.json, and
+    capacity.json itself when the search turns out to have been killed."""
+    from stress.recorder import write_json
+
+    state = doc.get("state")
+    doc = rebuilt(doc)
+    if doc.get("state") != state:
+        write_json(root / "capacity.json", doc)
+    return write_search_report(root, doc)

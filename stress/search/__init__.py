@@ -1,7 +1,10 @@
 """``stress capacity``: search for the number of users at which the scenario's SLO breaks.
 
-- :mod:`stress.search.steps`: which user count to try next and when to stop (pure);
-- :mod:`stress.search.runner`: runs each step as ordinary runs (``stress.run.execute``)
-  and judges them with the one analysis (``stress.analysis``);
-- :mod:`stress.search.cli`: the command line.
+- :mod:`stress.search.steps`: which user count to try next and when to stop, and the most
+  steps that can take (pure);
+- :mod:`stress.search.runner`: a step's scenario, its judgement with the one analysis
+  (``stress.analysis``), and the search's texts and capacity.json;
+- :mod:`stress.search.session`: the search as it runs, each pass an ordinary run
+  (``stress.run.execute``), and how it ends (Ctrl-C, a server gone);
+- :mod:`stress.search.plan`: its expected duration, from its settings, before it starts.
 """

@@ -1,4 +1,4 @@
-"""Run a capacity search: each step is ordinary runs of the scenario at one user count.
+"""A capacity search's steps: each is ordinary runs of the scenario at one user count.
 
 Every pass of every step is a complete run directory under the search's own directory
 (``out/<time>-capacity-<scenario>/``), with its own warm-up, records, summary.json and
@@ -6,22 +6,20 @@ report, so any two steps can be put side by side with ``stress compare`` and ``s
 lists them. A step is judged with the one analysis (``stress.analysis``): the verdict's
 SLO checks and health findings of each pass. ``capacity.json`` beside them holds the
 search: its settings, each step, the bracket and the answer; it is rewritten after every
-step, so a search that is stopped keeps what it found.
+step, so a search that is stopped keeps what it found (``stress.search.session`` runs the
+passes and says how the search ended).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from stress.fmt import times, tokens
-from stress.recorder import new_run_dir, write_json
-from stress.report.search import write_search_report
-from stress.scenario import LoadedScenario, SearchSpec, with_overrides
+from stress.scenario import LoadedScenario, Scenario, SearchSpec, with_overrides
 from stress.search.steps import Search, Step
 
 HEALTH_STOPS = frozenset({"hangs"})
@@ -29,18 +27,22 @@ HEALTH_STOPS = frozenset({"hangs"})
 NOT_SLO = frozenset({"slo", "slo_not_judged"})
 
 
+def step_rounds(sc: Scenario, spec: SearchSpec, users: int, start_tokens: int | None) -> int | None:
+    """A pass's rounds at ``users`` users: the scenario's, or enough for ``min_requests``
+    judged requests (a history turn is warm-up, so it adds one); None with a duration."""
+    if sc.rounds is None:
+        return None
+    warm = sc.warmup.rounds + (1 if start_tokens else 0)
+    return max(sc.rounds, warm + math.ceil(spec.min_requests / users))
+
+
 def step_scenario(
     loaded: LoadedScenario, spec: SearchSpec, users: int, start_tokens: int | None
 ) -> LoadedScenario:
     """The scenario at one point of the search: ``users`` users whose conversations open
-    with ``start_tokens`` tokens of history (None: the scenario's own); with ``rounds``, at
-    least enough of them for ``min_requests`` judged requests (a history turn is warm-up,
-    so it adds one)."""
-    sc = loaded.scenario
-    rounds = sc.rounds
-    if rounds is not None:
-        warm = sc.warmup.rounds + (1 if start_tokens else 0)
-        rounds = max(rounds, warm + math.ceil(spec.min_requests / users))
+    with ``start_tokens`` tokens of history (None: the scenario's own), for
+    ``step_rounds``."""
+    rounds = step_rounds(loaded.scenario, spec, users, start_tokens)
     return with_overrides(loaded, users=users, rounds=rounds, start_tokens=start_tokens)
 
 
@@ -188,100 +190,6 @@ class Progress:
         if self.grid:
             text += f" · row {self.rows.index(row) + 1}/{len(self.rows)}"
         return text + (f" · done {done}" if done else "")
-
-
-async def run_search(
-    loaded: LoadedScenario,
-    out_dir: Path,
-    settings: SearchSpec,
-    run_pass: RunStep,
-    say: Callable[[str], None] = print,
-) -> tuple[list[Row], Path]:
-    """Search, writing each pass's run directory, ``capacity.json`` and the search's report
-    (capacity.md, capacity.html) under a new directory in ``out_dir``; returns the rows
-    (one, or one per length for the grid) and that directory."""
-    root = new_run_dir(out_dir, f"capacity-{loaded.scenario.name}")
-    slo = loaded.scenario.slo
-    criterion = slo_text(slo.ttft_p95, slo.decode_tok_s_p50)
-    grid = settings.axis == "grid"
-    say(f"capacity search: {loaded.scenario.name}, SLO {criterion}; writing {root}")
-    started = time.time()
-    at = f" at {loaded.scenario.users.count} users" if settings.axis == "length" else ""
-    rows: list[Row] = []
-    lengths: list[int | None] = list(grid_lengths(loaded, settings)) if grid else [None]
-    if grid:
-        say(
-            f"capacity map: a users search at {', '.join(tokens(n) for n in lengths if n)} "
-            "tokens of history"
-        )
-    progress = Progress(rows, grid)
-
-    def save() -> None:
-        doc = document(rows, settings, criterion, started, at, loaded.scenario.name)
-        write_json(root / "capacity.json", doc)
-        write_search_report(root, doc)
-
-    slot: tuple[int, int] | None = None  # llama.cpp: (slot context, most history), once seen
-    for length in lengths:
-        if slot is not None and length is not None and length > slot[1]:
-            say(f"{tokens(length)} tokens of history: not tried ({slot_sentence(*slot)})")
-            break
-        search = make_search(loaded, settings)
-        if grid and rows:  # a longer history holds no more users: start at the last answer
-            prev = rows[-1].search
-            if prev.met is None:
-                say(
-                    f"{tokens(length or 0)} tokens of history: not tried (the SLO was missed "
-                    "at a shorter history with the fewest users)"
-                )
-                break
-            search = Search(prev.met.value, settings.factor, settings.max_users, settings.width)
-        row = Row(search, length)
-        rows.append(row)
-        while (value := search.next_value()) is not None:
-            users, start_tokens = (
-                (loaded.scenario.users.count, value)
-                if settings.axis == "length"
-                else (value, length)
-            )
-            step = Step(value, length=start_tokens or 0)
-            summaries: list[dict[str, Any]] = []
-            at_step = step_scenario(loaded, settings, users, start_tokens)
-            for k in range(settings.repeat):
-                line = progress.line(row, value, k, settings.repeat, at)
-                say(line)
-                outcome = await run_pass(at_step, root, line)
-                step.run_dirs.append(str(Path(outcome.run_dir).relative_to(root)))
-                summaries.append(outcome.summary)
-            judge_step(step, summaries)
-            search.steps.append(step)
-            where = f" at {tokens(length or 0)} tokens" if grid else at
-            say(f"step {len(search.steps)}: {search.fmt(value)}{where} -> {step_text(step)}")
-            if step.slot_context:
-                slot = (step.slot_context, slot_history(at_step, step.slot_context))
-                if bound_by_slots(search, *slot):
-                    say(f"search bounded: {search.bound}")
-            save()
-        if grid:
-            say(f"{tokens(length or 0)} tokens of history: {search.answer()}")
-    save()
-    if grid:
-        say("\n" + map_text(rows, criterion))
-    say(f"\n{answer_line(rows, criterion, at)}")
-    slots = next((s for r in rows for s in r.search.steps if s.slots), None)
-    if slots is not None:  # llama.cpp: the slots bound every answer
-        say(
-            f"llama.cpp serves {slots.slots} slots of {tokens(slots.slot_context)} tokens: at "
-            "most that many requests run at once (others wait), and no conversation grows "
-            "past a slot's context"
-        )
-    stops = dict.fromkeys(stop_text(r.search) for r in rows)
-    say(f"stopped: {'; '.join(stops)}")
-    say(
-        f"search directory: {root}  (each step's runs: stress ls {root}; the search: "
-        f"{root / 'capacity.html'})"
-    )
-    return rows, root
 
 
 STOP_TEXT = {

@@ -15,10 +15,14 @@ cannot be judged: the search stops and says to lengthen the steps, rather than g
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-StepStatus = Literal["MET", "MISSED", "NOT JUDGED"]
+StepStatus = Literal["MET", "MISSED", "NOT JUDGED", "INTERRUPTED", "SERVER LOST"]
+"""INTERRUPTED and SERVER LOST: a step the search did not finish (Ctrl-C, the server went
+away); neither is judged, so neither moves the bracket."""
 StopReason = Literal["bracket", "maximum", "hang", "not_judged", "missed_at_start"]
 
 
@@ -136,3 +140,38 @@ class Search:
             return f">= {self.fmt(lo.value)} (the SLO held up to the most tried)"
         bracket = f"[{self.fmt(lo.value).split()[0]}-{self.fmt(hi.value).split()[0]}]"
         return f"{self.fmt(lo.value)} {bracket}"
+
+
+def most_cost(search: Search, cost: Callable[[int], float], uniform: bool = False) -> float:
+    """The most a search that has not started can spend, over every sequence of outcomes,
+    when a step at ``v`` costs ``cost(v)``; at a cost of 1 a step, the most steps. A hang
+    or a step that cannot be judged only ends it sooner. It follows ``next_value``: growth
+    until a miss, then bisection, or halving below a first step that missed. ``uniform``:
+    every value costs the same, so a bisection's cost depends on its width alone."""
+    width, top = search.width, search.maximum
+
+    @functools.cache
+    def split(lo: int, hi: int) -> float:  # met at lo, missed at hi
+        if hi - lo <= width:
+            return 0.0
+        mid = (lo + hi) // 2
+        return cost(mid) + max(split(mid, hi), split(lo, mid))
+
+    def bisect(lo: int, hi: int) -> float:
+        return split(0, hi - lo) if uniform else split(lo, hi)
+
+    def below(h: int) -> float:  # missed at h, nothing met yet
+        spent = worst = 0.0
+        while (b := h // 2) >= 1:
+            spent += cost(b)
+            worst = max(worst, spent + bisect(b, h))
+            h = b
+        return max(worst, spent)
+
+    value, prev, spent, worst = search.start, 0, 0.0, 0.0
+    while True:
+        spent += cost(value)
+        worst = max(worst, spent + (bisect(prev, value) if prev else below(value)))
+        if value >= top:
+            return max(worst, spent)
+        prev, value = value, min(top, max(value + 1, round(value * search.factor)))

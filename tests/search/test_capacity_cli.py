@@ -238,3 +238,63 @@ def test_length_search_is_bounded_by_a_llamacpp_slot(tmp_path: Path) -> None:
     assert doc["stop"] == "maximum" and doc["llamacpp_slot_context"] == 6000
     assert "a llama.cpp slot holds 6,000 tokens" in doc["stop_text"]
     assert "search bounded: a llama.cpp slot holds 6,000 tokens" in proc.stdout
+
+
+# --- what a search refuses, and what it says before it starts --------------------------
+
+REPLAY_SCENARIO = """\
+name: replay_search
+target: {url: sim, sim: {time_scale: 4}}
+replay:
+  trace: bundled:mooncake_sample.jsonl
+  format: mooncake
+  corpus: bundled:en
+  block_size: 512
+slo: {ttft_p95: 5s}
+"""
+ARRIVALS_SCENARIO = """\
+name: arrivals_search
+target: {url: sim, sim: {time_scale: 60}}
+arrivals: {rate: 6, rounds: [2, 3], think_time: {min: 1s, max: 2s}}
+duration: 10m
+conversation: {turn: {ask: ["Summarise this."]}}
+slo: {ttft_p95: 5s}
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "line"), [(REPLAY_SCENARIO, "replay", 3), (ARRIVALS_SCENARIO, "arrivals", 3)]
+)
+def test_a_scenario_whose_users_cannot_vary_is_refused_in_one_line(
+    tmp_path: Path, text: str, field: str, line: int
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    assert stress("validate", str(path), timeout=60).returncode == 0  # a fine scenario to run
+    proc = stress("capacity", str(path), "--out", str(tmp_path / "out"), timeout=60)
+    assert proc.returncode == 2, proc.stdout[-1000:]
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"{path}:{line}: {field}: "), proc.stderr
+    assert "cannot vary its users -- fix: " in proc.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_search_prints_its_bound_before_it_starts(tmp_path: Path) -> None:
+    """At most 2 users: 1 then 2 (a miss at 1 has nothing below it, a miss at 2 a bracket
+    of 1 already), so at most 2 steps; a 1-user pass runs 1 + 40 rounds for 40 judged
+    requests, a 2-user one 1 + 20."""
+    path = tmp_path / "slots.yaml"
+    path.write_text(SCENARIO)
+    out = tmp_path / "out"
+    proc = stress("capacity", str(path), "--out", str(out), "--max-users", "2", "--repeat", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    (i,) = [n for n, line in enumerate(lines) if line.startswith("expected duration: ")]
+    first_pass = next(n for n, line in enumerate(lines) if line.startswith("capacity search ·"))
+    assert i < first_pass, "the bound comes after the search started"
+    assert lines[i].startswith("expected duration: at most 2 steps x 1 passes; a pass "), lines[i]
+    assert "(21-41 rounds a user, 41 at 1 user; " in lines[i]
+    assert "the simulator's clock x5" in lines[i] and "; in all at most " in lines[i]
+    (root,) = out.iterdir()
+    doc = orjson.loads((root / "capacity.json").read_bytes())
+    assert len(doc["steps"]) <= 2 and doc["state"] == "finished"

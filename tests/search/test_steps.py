@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from stress.search.steps import Search, Step
+from stress.search.steps import Search, Step, most_cost
 
 
 def drive(search: Search, capacity: int, hang_at: int | None = None) -> list[int]:
@@ -72,3 +74,34 @@ def test_bad_settings_are_refused() -> None:
         Search(start=0)
     with pytest.raises(ValueError):
         Search(factor=1.0)
+
+
+def tree_cost(search: Search, cost: Callable[[int], float], steps: list[Step]) -> float:
+    """The most ``search`` can spend, by trying every sequence of outcomes."""
+    s = Search(search.start, search.factor, search.maximum, search.width, steps=list(steps))
+    value = s.next_value()
+    if value is None:
+        return sum(cost(st.value) for st in steps)
+    return max(
+        tree_cost(search, cost, [*steps, Step(value, status)]) for status in ("MET", "MISSED")
+    )
+
+
+@pytest.mark.parametrize(
+    ("start", "factor", "maximum", "width"),
+    [(1, 2.0, 64, 1), (8, 2.0, 64, 1), (3, 1.5, 40, 2), (1, 1.01, 20, 1), (5, 3.0, 70, 4)],
+)
+def test_most_cost_is_the_worst_sequence_of_outcomes(
+    start: int, factor: float, maximum: int, width: int
+) -> None:
+    search = Search(start, factor, maximum, width)
+    for cost in (lambda v: 1.0, lambda v: 1 + 40 / v, lambda v: float(v % 7)):
+        assert most_cost(search, cost) == pytest.approx(tree_cost(search, cost, []))
+    one = tree_cost(search, lambda v: 1.0, [])
+    assert most_cost(search, lambda v: 1.0, uniform=True) == one
+
+
+def test_an_interrupted_step_moves_no_bracket() -> None:
+    s = Search(start=1, maximum=64)
+    s.steps += [Step(1, "MET"), Step(2, "MET"), Step(4, "INTERRUPTED"), Step(8, "SERVER LOST")]
+    assert s.met is not None and s.met.value == 2 and s.missed is None
