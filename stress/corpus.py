@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 from stress.bundled import CORPORA
-from stress.errors import CorpusError
+from stress.errors import CorpusError, Interrupted
 from stress.tokens import Tokenizer, get_tokenizer
 
 SUFFIXES = {".txt", ".md"}
@@ -190,19 +190,31 @@ _LOAD_THREADS = 8
 """Threads that encode a corpus at load (tiktoken scales to about this many)."""
 
 
-def _in_threads(fn: Callable[[str], _T], items: list[str]) -> list[_T]:
-    """``[fn(x) for x in items]``, in groups on up to ``_LOAD_THREADS`` threads."""
+def _in_threads(
+    fn: Callable[[str], _T], items: list[str], stop: Callable[[], bool] | None = None
+) -> list[_T]:
+    """``[fn(x) for x in items]``, in groups on up to ``_LOAD_THREADS`` threads; raises
+    ``Interrupted`` once ``stop()`` is true (looked at before each item)."""
+
+    def group(part: list[str]) -> list[_T]:
+        out = []
+        for x in part:
+            if stop is not None and stop():
+                raise Interrupted("stopped encoding the corpus")
+            out.append(fn(x))
+        return out
+
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     threads = min(_LOAD_THREADS, cores, len(items) // 32)
     if threads <= 1:
-        return [fn(x) for x in items]
+        return group(items)
     step = -(-len(items) // (threads * 4))
     groups = [items[i : i + step] for i in range(0, len(items), step)]
     with ThreadPoolExecutor(threads, thread_name_prefix="stress-corpus") as pool:
-        return [r for done in pool.map(lambda g: [fn(x) for x in g], groups) for r in done]
+        return [r for done in pool.map(group, groups) for r in done]
 
 
 def _decodes(tok: Tokenizer) -> bool:
@@ -330,7 +342,14 @@ class _Doc:
 
 
 class Corpus:
-    def __init__(self, root: Path, tokenizer: Tokenizer | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        tokenizer: Tokenizer | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> None:
+        """``stop``: polled while the paragraphs are encoded; true ends the load
+        (``Interrupted``), so a Ctrl-C does not wait for a large corpus."""
         self.root = root
         self.tok = tokenizer or get_tokenizer()
         self._has_ids = _decodes(self.tok)
@@ -350,7 +369,7 @@ class Corpus:
         cached = read_token_ids(root, self.tok, every) if self._has_ids else None
         self.ids_cached = cached is not None
         """The ids were read from the corpus's ``TOKEN_IDS`` file, not encoded."""
-        ids = iter(cached.ids if cached is not None else _in_threads(self._ids, every))
+        ids = iter(cached.ids if cached is not None else _in_threads(self._ids, every, stop))
         joins = iter(cached.joins) if cached is not None else None
         for d in self.docs:
             d.ids = [next(ids) for _ in d.paragraphs]

@@ -7,7 +7,7 @@ so client-side queueing or event-loop lag is visible rather than hidden in the l
 Stopping has two steps, as the CLI promises: ``request_stop`` (duration over, Ctrl-C once,
 a limit hit) starts no new turns and gives in-flight requests ``timeouts.drain`` to finish;
 ``cancel_in_flight`` (Ctrl-C twice, or the drain deadline) cancels them, and each cancelled
-request is still recorded, as ``cancelled``.
+request is still recorded, as ``cancelled`` with its cause (``cancelled_by``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from stress.client import ChatClient
 from stress.conversation import MESSAGE_OVERHEAD, Conversation, History, build_history
 from stress.corpus import Corpus, Excerpt
 from stress.events import RunEvent
-from stress.record import RequestRecord
+from stress.record import CANCEL_CAUSES, CancelCause, RequestRecord
 from stress.replay import PromptBuilder, TraceRequest, implied_reuse
 from stress.reply import Reply
 from stress.scenario import MAX_USERS, Arrivals, Limits, Scenario, ThinkTime
@@ -44,6 +44,9 @@ RECORD_STEPS = {
     "live": "counting the request in the live state (its record and events are written)",
 }
 """What a ``record_failed`` event says failed, by the step (its ``data.step``)."""
+USER_STOPS = frozenset({"interrupted", "terminated"})
+"""Stop reasons that are the user's (Ctrl-C, SIGTERM): a drain deadline after one of these
+cancels requests the user chose to cut short, not requests the server failed to finish."""
 
 
 @dataclass(slots=True)
@@ -240,6 +243,7 @@ class Engine:
         self._on_stop = on_stop
         self._tasks: list[asyncio.Task[None]] = []
         self._starter: asyncio.Task[None] | None = None
+        self._cancel_cause: CancelCause | None = None
         self.counters = counters or RunCounters()
         self._requests = 0
         self._ended: list[tuple[RequestRecord, array[float] | None, float]] = []
@@ -277,7 +281,11 @@ class Engine:
             if self._on_stop is not None:
                 self._on_stop(reason)
 
-    def cancel_in_flight(self) -> None:
+    def cancel_in_flight(self, cause: CancelCause = "interrupt") -> None:
+        """Cancel the requests in flight, each recorded ``cancelled`` with the first cause
+        given: "interrupt" for the user's second Ctrl-C or SIGTERM (every caller outside
+        the engine), a drain deadline when the engine's own drain runs out."""
+        self._cancel_cause = self._cancel_cause or cause
         if self._starter is not None:
             self._starter.cancel()
         for task in self._tasks:
@@ -335,9 +343,10 @@ class Engine:
                         f"{len(pending)} request(s) still running after the "
                         f"{sc.timeouts.drain:g}s drain period: cancelled",
                         "warning",
+                        data={"cause": self._drain_cause()},
                     )
                 )
-                self.cancel_in_flight()
+                self.cancel_in_flight(self._drain_cause())
         await all_done
         stop_wait.cancel()
         if deadline is not None:
@@ -348,6 +357,10 @@ class Engine:
             self.exit_reason = "rounds" if sc.rounds is not None else "done"
         self._show("finished")
         return EngineResult(self.exit_reason, self._requests)
+
+    def _drain_cause(self) -> CancelCause:
+        """Whose stop the drain deadline followed: the user's, or the run's own end."""
+        return "interrupt_drain" if self.exit_reason in USER_STOPS else "drain_deadline"
 
     def _show(self, state: str) -> None:
         self.live.phase = state if self.phase == "main" else f"{self.phase}: {state}"
@@ -586,7 +599,7 @@ class Engine:
         trace = self.trace
         salt = f"{self.sc.seed}:{self.nonce if spec.per_run else ''}"
         block = max(1, round(spec.block_size * self.paste_scale))
-        builder = PromptBuilder(self.corpus, block, salt)
+        builder = PromptBuilder(self.corpus, block, salt, self.stop_new.is_set)
         reuse = implied_reuse(trace, spec.block_size)
         self.live.open_loop = True
         t_first = trace[0].t_s if trace else 0.0
@@ -897,6 +910,9 @@ class Engine:
         Nothing is lost: the record stays in the recorder's in-flight set until written,
         and ``run`` (and a session's end) writes what is held. Any other request is written
         at once, so its events come before what follows from it."""
+        if rec.error_class == "cancelled" and rec.cancelled_by is None and self._cancel_cause:
+            rec.cancelled_by = self._cancel_cause
+            rec.error = f"cancelled {CANCEL_CAUSES[self._cancel_cause]}"
         self._ended.append((rec, token_times, self.now()))
         self._requests += 1
         reason = count_request(self.counters, rec, self.sc.limits) if self._limits else None

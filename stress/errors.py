@@ -7,8 +7,9 @@ Hierarchy::
     │   └── CorpusError      its corpus is missing, empty or outside the allowed roots
     ├── SecretError          an API key could not be read from where the user pointed  1
     ├── TargetError          the server under test cannot be used (unreachable, no model) 1
-    └── RunDirError          a run directory is missing, unreadable or damaged          1
-        └── RecordingError   the run could not write its files (full disk): it stopped
+    ├── RunDirError          a run directory is missing, unreadable or damaged          1
+    │   └── RecordingError   the run could not write its files (full disk): it stopped
+    └── Interrupted          a preparation step stopped for Ctrl-C (the run stops too)
 
 Request failures during a run are *not* exceptions: they end up as records with an
 ``error_class`` (see ``stress.record``).
@@ -71,3 +72,8 @@ class CorpusError(ScenarioError):
     def __init__(self, path: str, message: str, fix: str) -> None:
         self.path, self.message, self.fix = path, message, fix
         super().__init__([Problem(path, None, "conversation.turn.paste.corpus", message, fix)])
+
+
+class Interrupted(StressError):
+    """A long preparation step (reading a trace, encoding a corpus) saw that its caller
+    had stopped (Ctrl-C) and stopped too; the caller, not this error, says so."""

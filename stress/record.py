@@ -35,6 +35,16 @@ ErrorClass = Literal[
     # server answered is unknown; stress's failure, never blamed on the server
 ]
 
+CancelCause = Literal["drain_deadline", "interrupt_drain", "interrupt"]
+CANCEL_CAUSES: dict[CancelCause, str] = {
+    "drain_deadline": "at the drain deadline: still running timeouts.drain after the run "
+    "stopped starting turns (its duration ended, or a limit)",
+    "interrupt_drain": "at the drain deadline: still running timeouts.drain after a Ctrl-C "
+    "or SIGTERM",
+    "interrupt": "by a second Ctrl-C or SIGTERM",
+}
+"""Why a request was cancelled (its ``cancelled_by``), in the words the verdict uses."""
+
 
 SCHEMA_VERSION = 1
 """The shape of a ``requests.jsonl`` line. Bump it when a field is renamed, removed or
@@ -91,6 +101,8 @@ class RequestRecord:
     outcome: Outcome = "ok"
     error_class: ErrorClass | None = None
     error: str | None = None
+    cancelled_by: CancelCause | None = None
+    """Why a ``cancelled`` request was cancelled (``CANCEL_CAUSES``); None otherwise."""
     http_status: int | None = None
     retry_after_s: float | None = None
     reconnects: int = 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import time
 from array import array
@@ -49,7 +50,7 @@ def new_run_dir(out: Path, scenario_name: str) -> Path:
 
 def write_json(path: Path, obj: Any) -> None:
     """Write a JSON document atomically (temp file + rename), redacted."""
-    data = REDACTOR.bytes(orjson.dumps(obj, option=_OPTS | orjson.OPT_INDENT_2))
+    data = REDACTOR.json(orjson.dumps(obj, option=_OPTS | orjson.OPT_INDENT_2))
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as f:
@@ -62,6 +63,11 @@ def write_json(path: Path, obj: Any) -> None:
             tmp.unlink()
         raise
 
+
+RESERVE_BYTES = 64 * 1024
+"""Disk space the recorder holds back (``state.json.reserve``) and gives up at the end when
+the disk filled: the last state.json, with what was sent and what could not be written,
+then still fits (and the manifest's last rewrite, most often)."""
 
 FLUSH_LINES = 256
 """Request lines (and their token frames) are written as soon as this many are buffered,
@@ -76,7 +82,9 @@ class Recorder:
     back to the last complete line and retried at the next flush, and the first failure is
     kept in ``error`` and shown at once as a ``recorder_failed`` event (the run decides to
     stop). ``state.json`` says at every flush how many requests were sent, how many have a
-    line on disk and which are in flight, so a ``kill -9`` leaves a count of what it cost.
+    line on disk and which are in flight, so a ``kill -9`` leaves a count of what it cost;
+    after a failure it says how many records could not be written and why, and the last
+    one is written into the space of ``state.json.reserve`` when the disk is full.
     """
 
     def __init__(
@@ -95,6 +103,7 @@ class Recorder:
         self._clock = clock or (lambda: time.perf_counter() - t0)
         self._in_flight: dict[int, RequestRecord] = {}
         self._tokens = TokenTimesFile(run_dir / TOKENS_FILE)
+        self._reserve = _hold_space(run_dir / "state.json.reserve", RESERVE_BYTES)
         self.sent = 0
         """Requests handed to the client so far (``request_started``)."""
         self.requests_written = 0
@@ -177,7 +186,7 @@ class Recorder:
             path = self.dir / f"{stream}.jsonl"
             fd = self._fds[stream] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         lead = b"\n" if stream in self._torn else b""
-        data = lead + REDACTOR.bytes(b"\n".join(buf) + b"\n")
+        data = lead + REDACTOR.json(b"\n".join(buf) + b"\n")
         start = os.lseek(fd, 0, os.SEEK_END)
         done = 0
         try:
@@ -244,14 +253,19 @@ class Recorder:
             ],
             "finished": finished,
         }
-        path = self.dir / "state.json"
-        tmp = path.with_name("state.json.tmp")
-        try:
-            tmp.write_bytes(_dumps_line(state) + b"\n")
-            os.replace(tmp, path)
-        except OSError:
+        if self.error is not None:
+            state["unwritten"] = self.unwritten_requests
+            state["write_error"] = self.error.strerror or str(self.error)
+        data = _dumps_line(state) + b"\n"
+        if not _replace(self.dir / "state.json", data) and finished:
+            self._release_reserve()  # the last count matters most: give it the room
+            _replace(self.dir / "state.json", data)
+
+    def _release_reserve(self) -> None:
+        if self._reserve is not None:
             with contextlib.suppress(OSError):
-                tmp.unlink()
+                self._reserve.unlink()
+            self._reserve = None
 
     def close(self) -> None:
         """Last flush (a retry after a failure), fsync, close; never raises."""
@@ -267,6 +281,47 @@ class Recorder:
         self._tokens.close()
         self.closed = True
         self._write_state(finished=True)
+        self._release_reserve()
+
+
+def _replace(path: Path, data: bytes) -> bool:
+    """Write ``path`` atomically (temp file + rename); False, leaving the old file whole
+    and no temp behind, when it cannot be written."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+    return True
+
+
+def _hold_space(path: Path, size: int) -> Path | None:
+    """A file of ``size`` allocated bytes (not a sparse one: those free nothing when
+    removed); None when the disk has not even that."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError:
+        return None
+    allocate = getattr(os, "posix_fallocate", None)  # not on macOS
+    try:
+        try:
+            if allocate is None:
+                raise OSError(errno.ENOSYS, "no posix_fallocate")
+            allocate(fd, 0, size)
+        except OSError as e:  # a file system without fallocate: write the bytes
+            if e.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            os.write(fd, bytes(size))
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+    os.close(fd)
+    return path
 
 
 def _dumps_line(obj: Any) -> bytes:

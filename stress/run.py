@@ -15,12 +15,13 @@ import re
 import signal
 import socket
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import stress
 from stress.calibrate import server_token_count
@@ -318,9 +319,9 @@ async def _run(
 
         spec = sc.replay
         trace_path = loaded.resolve_trace(spec.trace)
-        trace = await asyncio.to_thread(load_trace, trace_path, spec.format, spec.block_size)
+        trace = await _prepare(load_trace, trace_path, spec.format, spec.block_size)
     if corpus_name is not None:
-        corpus = await asyncio.to_thread(Corpus, loaded.resolve(corpus_name), tokenizer)
+        corpus = await _prepare(Corpus, loaded.resolve(corpus_name), tokenizer)
         if sc.target.tokenizer != "tiktoken":
             # a few thousand characters of real prose (a heading alone would say 1.000)
             sample = "\n\n".join(corpus.docs[0].paragraphs)[:4000]
@@ -725,6 +726,25 @@ def _worker_config(
         "paste_scale": paste_scale,
         "corpus": str(loaded.resolve(corpus_name)) if corpus_name else None,
     }
+
+
+_T = TypeVar("_T")
+
+
+async def _prepare(step: Callable[..., _T], *args: Any) -> _T:
+    """``step(*args, stop=...)`` in a thread: a long preparation (a trace read, a corpus
+    encoded) before the run's signal handlers are in place. A Ctrl-C then cancels the
+    run's task; the thread cannot be cancelled, and the loop's exit would wait for it, so
+    ``stop`` turns true and the step, which polls it, ends within milliseconds."""
+    stopping = threading.Event()
+    done = asyncio.ensure_future(asyncio.to_thread(step, *args, stop=stopping.is_set))
+    try:
+        return await asyncio.shield(done)
+    except asyncio.CancelledError:
+        stopping.set()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await done
+        raise
 
 
 def _load_text(sc: Scenario, plan: RunPlan) -> str:

@@ -592,8 +592,9 @@ class Slo(_Model):
     of its own gaps between chunks is within this. The run's ITL p95 is shown against it;
     it is not graded in the verdict."""
     error_rate: Float = Field(default=DEFAULT_ERROR_RATE, ge=0, le=1)
-    """Share of requests that may fail (cancelled ones aside) before the run is a FAIL;
-    fewer failures are a WARN."""
+    """Share of requests that may fail before the run is a FAIL, and on its own the share
+    that may be cancelled at the drain deadline after the run's end; fewer are a WARN (a
+    request the user cancels never counts, a run with none answered is a FAIL)."""
 
 
 class Connection(_Model):
@@ -1240,7 +1241,7 @@ def _check_files(
                 )
             )
     if sc.replay is not None:
-        from stress.replay import load_trace
+        from stress.replay import check_trace
 
         trace = loaded.resolve_trace(sc.replay.trace)
         if not trace.is_file() and not (trace.is_dir() and sc.replay.format != "mooncake"):
@@ -1256,29 +1257,25 @@ def _check_files(
                 )
             )
         else:
-            try:
-                load_trace(trace, sc.replay.format, sc.replay.block_size)
+            try:  # line by line, keeping nothing: a large trace costs time, not memory
+                check_trace(trace, sc.replay.format, sc.replay.block_size)
             except ScenarioError as e:
                 out.extend(e.problems)
     key_file = loaded.scenario.target.api_key_file
     if key_file is not None:
+        from stress.secrets import key_file_problem
+
         key_where = ("target", "api_key_file")
         key_path = loaded.resolve(key_file)
-        what = ""
-        if key_path.is_dir():
-            what = f"{str(key_path)!r} is a folder, not a key file"
-        elif not key_path.exists():
-            what = f"the key file {str(key_path)!r} does not exist"
-        elif not os.access(key_path, os.R_OK):
-            what = f"the key file {str(key_path)!r} is not readable"
-        if what:
+        if what := key_file_problem(key_path):
             out.append(
                 Problem(
                     file,
                     located.line_of(key_where),
                     ".".join(key_where),
-                    what,
-                    "point it at a readable file holding the key (relative to the scenario file)",
+                    f"the key file {str(key_path)!r} {what}",
+                    "point it at a regular, readable file that holds only the key "
+                    "(relative to the scenario file)",
                 )
             )
     return out

@@ -9,11 +9,17 @@ contains it, cannot leak it into a log, report, manifest or the screen.
 from __future__ import annotations
 
 import base64
+import binascii
+import builtins
 import html
 import json
 import os
+import re
+import stat
 from pathlib import Path
 from urllib.parse import quote, quote_plus, unquote, urlsplit, urlunsplit
+
+import orjson
 
 from stress.errors import SecretError
 
@@ -21,6 +27,13 @@ MASK = "***"
 MIN_SECRET_LEN = 8
 """Shorter keys are refused: a 3-character key cannot be scrubbed from output without
 mangling ordinary text and numbers (and would be guessed anyway)."""
+MAX_KEY_FILE_BYTES = 64 << 10
+"""A key file holds one key: a JWT is a few KiB, and no server takes a header of 64 KiB."""
+_KEY_FIELD = "target.api_key_file"
+_KEY_FILE_FIX = f"fix: point {_KEY_FIELD} at a regular file that holds only the key"
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*+"(\s*:)?', re.DOTALL)
+"""A JSON string, and the colon after it when it is an object key. Every string is
+matched, keys too, so the scan never starts inside one."""
 
 
 def _json_forms(text: str) -> set[str]:
@@ -61,7 +74,10 @@ class Redactor:
             if form not in self._secrets:
                 self._secrets.append(form)
         self._secrets.sort(key=len, reverse=True)
-        self._bsecrets = [s.encode() for s in self._secrets]
+        # written inside a JSON string, any form may be escaped once more (an HTML-escaped
+        # key in an error message keeps its backslashes doubled)
+        raw = {b for s in self._secrets for b in (s, *_json_forms(s))}
+        self._bsecrets = [b.encode() for b in sorted(raw, key=len, reverse=True)]
 
     def text(self, s: str) -> str:
         for secret in self._secrets:
@@ -74,6 +90,31 @@ class Redactor:
             if secret in b:
                 b = b.replace(secret, MASK.encode())
         return b
+
+    def found(self, b: builtins.bytes) -> bool:
+        """Whether any form of a secret occurs in ``b`` (the cheap test before a scrub)."""
+        return any(secret in b for secret in self._bsecrets)
+
+    def json(self, doc: builtins.bytes) -> builtins.bytes:
+        """Serialized JSON (one document or JSON Lines) with the secrets masked in its
+        string values only: object keys, numbers, whitespace and punctuation are never
+        touched, so the output parses to the same structure whatever the secret is (a
+        key that is also ordinary text, ``requests`` or eight spaces, would otherwise
+        rename fields or break the indentation)."""
+        if not self.found(doc):
+            return doc
+        return _JSON_STRING.sub(self._json_value, doc)
+
+    def _json_value(self, m: re.Match[builtins.bytes]) -> builtins.bytes:
+        raw = m.group(0)
+        if m.group(1) is not None or not self.found(raw):
+            return raw
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:  # not from orjson: mask the bytes as they stand
+            return self.bytes(raw)
+        masked = self.text(value)
+        return raw if masked == value else orjson.dumps(masked)
 
     @property
     def active(self) -> bool:
@@ -105,29 +146,83 @@ def load_api_key(
                 f"empty or unset -- fix: export {env_name}=... before running"
             )
     elif key_file is not None:
-        source = f"API key file {key_file} (target.api_key_file)"
-        try:
-            if key_file.is_dir():
-                raise SecretError(
-                    f"the API key file {key_file} is a folder -- fix: point "
-                    "target.api_key_file at the file that holds the key"
-                )
-            key = key_file.read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise SecretError(
-                f"cannot read the API key file {key_file} ({e.strerror}) -- fix: check the path "
-                "and that you may read it"
-            ) from None
-        except UnicodeDecodeError:
-            raise SecretError(
-                f"the API key file {key_file} is not UTF-8 text -- fix: put the key in it as text"
-            ) from None
-        if not key:
-            raise SecretError(f"the API key file {key_file} is empty -- fix: put the key in it")
+        source = f"API key file {key_file} ({_KEY_FIELD})"
+        key = read_key_file(key_file)
     if key:
         check_key(key, source)
         REDACTOR.add(key)
     return key
+
+
+def key_file_problem(path: Path) -> str | None:
+    """What keeps ``path`` from being a key file (a folder, a device, a FIFO, too large,
+    missing), from its ``stat`` alone: opening a FIFO would block until a writer comes,
+    and ``/dev/zero`` would be read forever. None when it is a readable regular file."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder"
+    if not stat.S_ISREG(st.st_mode):
+        return f"is not a regular file (a {_file_kind(st.st_mode)})"
+    if st.st_size > MAX_KEY_FILE_BYTES:
+        return f"is {st.st_size:,} bytes; a key file holds at most {MAX_KEY_FILE_BYTES:,}"
+    if not os.access(path, os.R_OK):
+        return "is not readable"
+    return None
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "special file")
+
+
+def read_key_file(path: Path) -> str:
+    """The key in ``path``, stripped; ``SecretError`` naming the file, the field and the
+    fix. The file is checked before it is opened, opened without blocking (it may have
+    been swapped for a FIFO since) and read to at most ``MAX_KEY_FILE_BYTES``."""
+    where = f"the API key file {path} ({_KEY_FIELD})"
+    problem = key_file_problem(path)
+    data = b""
+    if problem is None:
+        try:
+            data = _read_bounded(path)
+        except OSError as e:
+            problem = f"cannot be read ({e.strerror or e})"
+        except ValueError as e:
+            problem = str(e)
+    if problem is not None:
+        raise SecretError(f"{where} {problem} -- {_KEY_FILE_FIX}")
+    try:
+        key = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise SecretError(f"{where} is not UTF-8 text -- fix: put the key in it as text") from None
+    if not key:
+        raise SecretError(f"{where} is empty -- fix: put the key in it")
+    return key
+
+
+def _read_bounded(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("is not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 1 << 16):
+            size += len(chunk)
+            if size > MAX_KEY_FILE_BYTES:
+                raise ValueError(f"holds more than {MAX_KEY_FILE_BYTES:,} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def check_key(key: str, source: str) -> None:
@@ -143,6 +238,34 @@ def check_key(key: str, source: str) -> None:
             f"the key in {source} contains a line break or NUL, which cannot be sent in an "
             "HTTP header -- fix: remove it (e.g. the trailing newline of `echo`)"
         )
+    if key.strip() != key:
+        raise SecretError(
+            f"the key in {source} starts or ends with a space or tab, which servers strip "
+            "from a header -- fix: remove the spaces around the key"
+        )
+    if key.replace(" ", "").isalpha() or key.isdigit():
+        raise SecretError(
+            f"the key in {source} is only letters or only digits, like ordinary words and "
+            "numbers: masking it would rewrite them in every log and report -- fix: give "
+            "the server a key that mixes letters and digits (e.g. `openssl rand -hex 16`)"
+        )
+
+
+def redact_auth_header(value: str) -> None:
+    """Register the secrets of an ``Authorization`` header as ``load_api_key`` and
+    ``split_url_credentials`` register them: a worker process gets the header, not the
+    key, and must scrub what it sends its parent as the parent scrubs what it writes."""
+    scheme, _, token = value.partition(" ")
+    token = token.strip()
+    REDACTOR.add(token)
+    if scheme.lower() == "basic":
+        try:
+            plain = base64.b64decode(token, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return
+        _, _, password = plain.partition(":")
+        for secret in (plain, password, quote(password, safe="")):
+            REDACTOR.add(secret)
 
 
 def split_url_credentials(url: str) -> tuple[str, str | None]:

@@ -212,7 +212,7 @@ def build_summary(run_dir: Path, analysis: Analysis | None = None) -> dict[str, 
     summary = {
         "run_id": manifest.get("run_id", run_dir.name),
         "scenario": scenario.get("name"),
-        "complete": manifest.get("end_time") is not None,
+        "complete": files.finished,
         "exit_reason": manifest.get("exit_reason"),
         "duration_s": duration,
         "time_scale": files.time_scale,
@@ -286,6 +286,17 @@ def _fmt(v: float | int | None, unit: str = "") -> str:
     return f"{v:.3g}{unit}" if abs(v) < 1000 else f"{v:,.0f}{unit}"
 
 
+def _outcomes(group: dict[str, Any]) -> dict[str, int]:
+    """A group's outcomes as the verdict counts them: an error outcome is an error or a
+    cancellation, shown apart (``stress.analysis.judge.RequestTally``)."""
+    out = dict(group["outcomes"])
+    cancelled = int(group["error_classes"].get("cancelled", 0))
+    if cancelled:
+        out["error"] = out.get("error", 0) - cancelled
+        out["cancelled"] = cancelled
+    return out
+
+
 def render_summary(summary: dict[str, Any]) -> str:
     """A terminal table of the headline figures and the warnings."""
     o = summary["overall"]
@@ -299,13 +310,16 @@ def render_summary(summary: dict[str, Any]) -> str:
         f"duration {_fmt(summary.get('duration_s'), 's')}",
         f"requests: {accounting_text(summary.get('accounting') or {})}; "
         f"warm-up {summary['warmup_requests']} (excluded below)",
-        "  " + "  ".join(f"{k} {v}" for k, v in o["outcomes"].items()),
+        "  " + "  ".join(f"{k} {v}" for k, v in _outcomes(o).items()),
     ]
+    if verdict.get("cancelled"):
+        lines.append(f"cancelled: {verdict['cancelled']}")
     arrivals = summary.get("arrivals")
     if arrivals:
         lines.append(f"load: {arrivals['sentence']}")
-    if o["error_classes"]:
-        lines.append("errors: " + ", ".join(f"{k} {v}" for k, v in o["error_classes"].items()))
+    errors = {k: v for k, v in o["error_classes"].items() if k != "cancelled"}
+    if errors:
+        lines.append("errors: " + ", ".join(f"{k} {v}" for k, v in errors.items()))
     st = summary.get("stalls") or {}
     gap = st.get("max_gap_s") or {}
     if gap.get("n"):
@@ -361,7 +375,7 @@ def render_summary(summary: dict[str, Any]) -> str:
             lines.append(
                 f"{label:<16}{g['users']:>6}{g['requests']:>6}{_fmt(g['ttft_s']['p50']):>10}"
                 f"{_fmt(g['ttft_s']['p95']):>10}{_fmt(g['decode_tok_s']['p50']):>12}"
-                f"{_fmt(g['e2e_s']['p50']):>10}{g['outcomes']['error']:>8}"
+                f"{_fmt(g['e2e_s']['p50']):>10}{_outcomes(g)['error']:>8}"
             )
     if summary.get("phase_steps"):
         lines.append("")

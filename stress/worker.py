@@ -42,6 +42,7 @@ from stress.engine import Engine, RunCounters
 from stress.events import RunEvent
 from stress.record import RequestRecord
 from stress.scenario import Scenario
+from stress.secrets import REDACTOR, redact_auth_header
 from stress.tokens import get_tokenizer
 from stress.wire import frame, pack_times, read_frame
 
@@ -76,7 +77,7 @@ class Outbox:
         batch, self.batch = self.batch, []
         if self.broken:
             return
-        view = memoryview(frame(batch))
+        view = memoryview(_scrubbed_frame(batch))
         try:
             while view:
                 try:
@@ -85,6 +86,24 @@ class Outbox:
                     select.select([], [self.fd], [])
         except OSError:  # the parent is gone: nothing more can be delivered
             self.broken = True
+
+
+def _scrubbed_frame(batch: list[Any]) -> bytes:
+    """The frame of ``batch`` with the run's secrets masked in its strings, as the parent
+    masks what it writes: a server that echoes the key puts it in records and events,
+    and over ``--ray`` this frame crosses the network before the parent sees it."""
+    data = frame(batch)
+    if not REDACTOR.found(data):
+        return data
+    body = REDACTOR.json(data[4:])  # after the 4-byte big-endian length (stress.wire)
+    return len(body).to_bytes(4, "big") + body
+
+
+def _register_secrets(headers: dict[str, str]) -> None:
+    """The key the parent scrubs, taken from the request headers it sent this worker."""
+    for name, value in headers.items():
+        if name.lower() == "authorization":
+            redact_auth_header(value)
 
 
 class PipeSink:
@@ -179,6 +198,7 @@ class Worker:
     def __init__(self, cfg: dict[str, Any], out: Outbox) -> None:
         self.cfg = cfg
         self.out = out
+        _register_secrets(cfg["headers"])  # first: every frame from now on is scrubbed
         self.k: int = cfg["worker"]
         self.n: int = cfg["workers"]
         self.plan = [(label, Scenario.model_validate(step)) for label, step in cfg["plan"]]
@@ -284,7 +304,7 @@ class Worker:
         try:
             result = await engine.run(t_phase)
         except Exception as e:  # a bug: the parent records the worker's end with this
-            out.put(["err", f"{type(e).__name__}: {e}"[:500]])
+            out.put(["err", REDACTOR.text(f"{type(e).__name__}: {e}")[:500]])
             out.flush()
             os._exit(1)
         out.put(["d", index, result.exit_reason, result.requests])
@@ -346,7 +366,7 @@ async def _serve(reader: asyncio.StreamReader, out: Outbox, hello: list[Any]) ->
             clock = {"clock_skew_ns": worker.skew_ns, "clock_rtt_ns": rtt}
         await worker.setup()
     except Exception as e:
-        out.put(["err", f"could not set up: {type(e).__name__}: {e}"[:500]])
+        out.put(["err", REDACTOR.text(f"could not set up: {type(e).__name__}: {e}")[:500]])
         out.flush()
         return 1
     out.put(["ready", clock])
@@ -406,7 +426,7 @@ def main() -> int:
     try:
         return run_async(_main(proto_fd))
     except Exception as e:  # one line on stderr; the parent puts it in worker_died
-        print(f"stress worker: {type(e).__name__}: {e}", file=sys.stderr)
+        print(REDACTOR.text(f"stress worker: {type(e).__name__}: {e}"), file=sys.stderr)
         return 70
 
 

@@ -282,3 +282,95 @@ def test_replay_of_a_previous_run_keeps_times_sizes_and_conversation_reuse(
         # the last prompt token itself)
         expect = min(want + LEAD, g["prompt_tokens"] - 1) // SIM_BLOCK * SIM_BLOCK
         assert abs(g["cached_tokens"] - expect) <= SIM_BLOCK, (orig, g, want)
+
+
+def _implied_reuse_by_prefix(trace: list[TraceRequest], block_size: int) -> list[int]:
+    """The rule as first written: a dict keyed by every prefix tuple (quadratic)."""
+    sent: dict[tuple[int, ...], int] = {}
+    out = []
+    for req in trace:
+        reuse = 0
+        for i in range(len(req.hash_ids)):
+            need = min(block_size, req.input_length - i * block_size)
+            got = min(sent.get(req.hash_ids[: i + 1], 0), need)
+            reuse += got
+            if need <= 0 or got < block_size:
+                break
+        out.append(reuse)
+        for i in range(len(req.hash_ids)):
+            n = min(block_size, req.input_length - i * block_size)
+            if n <= 0:
+                break
+            sent[req.hash_ids[: i + 1]] = max(sent.get(req.hash_ids[: i + 1], 0), n)
+    return out
+
+
+def test_implied_reuse_is_linear_and_agrees_with_the_prefix_rule() -> None:
+    import random
+
+    rng = random.Random(5)
+    trace = [
+        TraceRequest(
+            i, 0.0, rng.randint(1, 40 * 64), 1, tuple(rng.randint(0, 6) for _ in range(40))
+        )
+        for i in range(300)
+    ]
+    assert implied_reuse(trace, 64) == _implied_reuse_by_prefix(trace, 64)
+    long = [TraceRequest(i, 0.0, 16_384, 1, tuple(range(16_384))) for i in range(20)]
+    t0 = time.perf_counter()
+    assert implied_reuse(long, 1)[1:] == [16_384] * 19
+    assert time.perf_counter() - t0 < 2, "quadratic in the blocks of a prompt"
+
+
+def test_a_prompt_build_stops_when_its_caller_stops() -> None:
+    """A stopped replay does not wait for a prompt of 16,384 one-token blocks (~3 s)."""
+    calls = []
+
+    def stop() -> bool:
+        calls.append(1)
+        return len(calls) > 10
+
+    builder = PromptBuilder(Corpus(bundled_corpus("bundled:en")), 1, "s", stop)
+    t0 = time.perf_counter()
+    assert builder.prompt(TraceRequest(1, 0.0, 16_384, 1, ())) == ""
+    assert time.perf_counter() - t0 < 0.5 and len(calls) == 11
+
+
+def test_trace_and_corpus_reads_stop_when_asked(tmp_path: Path) -> None:
+    from stress.errors import Interrupted
+    from stress.replay import load_trace
+
+    trace = tmp_path / "t.jsonl"
+    line = '{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": [1]}\n'
+    trace.write_text(line * 5000)
+    with pytest.raises(Interrupted):
+        load_trace(trace, "mooncake", 512, stop=lambda: True, progress=print)
+    assert len(load_trace(trace, "auto", 512, stop=lambda: False)) == 5000
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("\n\n".join(f"Paragraph {i} of text." for i in range(200)))
+    with pytest.raises(Interrupted):
+        Corpus(docs, get_tokenizer(), stop=lambda: True)
+    assert Corpus(docs, get_tokenizer(), stop=lambda: False).docs
+
+
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        ({"user": {"a": 1}}, "user"),
+        ({"conversation": "x"}, "conversation"),
+        ({"phase": 3}, "phase"),
+    ],
+)
+def test_a_run_trace_with_a_field_of_the_wrong_type_is_one_problem(
+    tmp_path: Path, record: dict[str, Any], field: str
+) -> None:
+    from stress.replay import load_run_trace
+
+    good = {"t_sched": 0.5, "user": 0, "conversation": 1, "phase": "main", "prompt_tokens": 9}
+    rows = [good, {**good, **record}]
+    (tmp_path / "requests.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    with pytest.raises(ScenarioError) as e:
+        load_run_trace(tmp_path, 64)
+    (problem,) = e.value.problems
+    assert (problem.line, problem.field) == (2, field), problem

@@ -22,7 +22,7 @@ def test_key_from_env_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_missing_key_errors_never_contain_a_key(tmp_path: Path) -> None:
     with pytest.raises(SecretError, match="UNSET_VAR_X"):
         load_api_key("UNSET_VAR_X", None)
-    with pytest.raises(SecretError, match="cannot read"):
+    with pytest.raises(SecretError, match="cannot be read"):
         load_api_key(None, tmp_path / "nope")
 
 
@@ -89,3 +89,90 @@ def test_url_credentials_become_a_basic_header() -> None:
     with pytest.raises(ValueError, match="shorter than 8") as e:
         split_url_credentials("http://a:b@h")
     assert "a:b" not in str(e.value)
+
+
+# --- the scrubber on serialized JSON, key files, weak keys, a worker's header ------------
+
+
+@pytest.mark.parametrize("weak", ["requests", " " * 8])
+def test_json_scrub_masks_values_only_and_keeps_the_structure(weak: str) -> None:
+    """A secret that is also ordinary text renamed ``requests`` keys and replaced the
+    indentation of an indented document: only string values are masked now."""
+    import orjson
+
+    r = Redactor()
+    r.add(weak)
+    doc = {"requests": 3, "overall": {"requests": {"n": 1}}, "note": f"a{weak}b", "n": [1]}
+    for data in (orjson.dumps(doc, option=orjson.OPT_INDENT_2), orjson.dumps(doc)):
+        out = orjson.loads(r.json(data))
+        assert out == {**doc, "note": "a***b"}, out
+    lines = orjson.dumps(doc) + b"\n" + orjson.dumps({"e": weak}) + b"\n"
+    assert [orjson.loads(x) for x in r.json(lines).splitlines()][1] == {"e": "***"}
+
+
+def test_json_scrub_catches_every_form_inside_strings() -> None:
+    import html
+    import json
+    from urllib.parse import quote
+
+    import orjson
+
+    r = Redactor()
+    r.add(WEIRD)
+    for form in (WEIRD, json.dumps(WEIRD)[1:-1], quote(WEIRD, safe=""), html.escape(WEIRD)):
+        data = orjson.dumps({"error": f"bad key {form}!", WEIRD: 1})
+        out = r.json(data)
+        assert orjson.loads(out)["error"] == "bad key ***!", form
+    assert r.json(b'{"a": 1}') == b'{"a": 1}'
+
+
+def test_key_files_that_are_devices_fifos_or_huge_are_refused_unopened(tmp_path: Path) -> None:
+    import os
+    import time
+
+    from stress.secrets import MAX_KEY_FILE_BYTES, key_file_problem
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge"
+    huge.write_bytes(b"k1" * MAX_KEY_FILE_BYTES)
+    binary = tmp_path / "binary"
+    binary.write_bytes(b"\xff\xfe-not-text")
+    t0 = time.monotonic()
+    for path, what in (
+        (Path("/dev/zero"), "character device"),
+        (fifo, "FIFO"),
+        (huge, "at most 65,536"),
+        (binary, "not UTF-8"),
+    ):
+        with pytest.raises(SecretError) as e:
+            load_api_key(None, path)
+        assert what in str(e.value) and "target.api_key_file" in str(e.value), str(e.value)
+        assert " -- fix: " in str(e.value)
+    assert time.monotonic() - t0 < 2, "a key file blocked"
+    assert key_file_problem(fifo) is not None and key_file_problem(tmp_path / "none")
+    ok = tmp_path / "key"
+    ok.write_text("sk-fine-key-123\n")
+    assert key_file_problem(ok) is None
+
+
+@pytest.mark.parametrize("key", ["requests", "passwordsecret", "12345678", "  sk-abc123  "])
+def test_keys_that_are_ordinary_text_or_padded_are_refused(
+    monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    monkeypatch.setenv("WEAK_KEY_VAR", key)
+    with pytest.raises(SecretError) as e:
+        load_api_key("WEAK_KEY_VAR", None)
+    assert "WEAK_KEY_VAR" in str(e.value) and key.strip() not in str(e.value)
+
+
+def test_a_workers_redactor_is_built_from_the_header_it_is_sent() -> None:
+    import base64
+
+    from stress.secrets import REDACTOR, redact_auth_header
+
+    redact_auth_header("Bearer sk-worker-unit-9Qx71")
+    token = base64.b64encode(b"alice:pw-worker-unit-4Rt").decode()
+    redact_auth_header(f"Basic {token}")
+    text = f"sk-worker-unit-9Qx71 {token} alice:pw-worker-unit-4Rt pw-worker-unit-4Rt"
+    assert REDACTOR.text(text) == "*** *** *** ***"

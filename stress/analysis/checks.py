@@ -242,8 +242,8 @@ def health_warnings(files: RunFiles) -> list[dict[str, str]]:
             f"fewer users than the scenario asked for. First: {died[0].get('message')}",
         )
     rec_failed = [e for e in events if e["kind"] == "recorder_failed"]
-    if rec_failed or files.manifest.get("exit_reason") == "recorder_failed":
-        why = rec_failed[0].get("message") if rec_failed else None
+    if rec_failed or files.manifest.get("exit_reason") == "recorder_failed" or acct.write_error:
+        why = rec_failed[0].get("message") if rec_failed else acct.write_error
         warn(
             "recorder_failed",
             "THE RECORDER FAILED"
@@ -276,6 +276,13 @@ def health_warnings(files: RunFiles) -> list[dict[str, str]]:
             f"{'has' if acct.no_record == 1 else 'have'} no record ({acct.sent:,} sent, "
             f"{acct.recorded + acct.unreadable:,} recorded): they are in no figure.",
         )
+    elif acct.lost_to_disk:
+        warn(
+            "records_lost",
+            f"RECORDS LOST TO THE DISK: {acct.no_record:,} of {acct.sent:,} requests sent have "
+            f"no record: {acct.lost_to_disk:,} finished but could not be written "
+            f"({acct.write_error}); the figures cover the {acct.recorded:,} recorded.",
+        )
     elif acct.no_record:
         warn(
             "records_lost",
@@ -306,8 +313,8 @@ def health_warnings(files: RunFiles) -> list[dict[str, str]]:
 
 def accounting_text(a: dict[str, Any]) -> str:
     """The request count as a sentence ("N sent, M recorded, K in flight with no record
-    (the run was killed)") from ``summary.json``'s ``accounting``; a run without
-    state.json says what it cannot know."""
+    (the run was killed)", or "K lost to the disk (No space left on device)") from
+    ``summary.json``'s ``accounting``; a run without state.json says what it cannot know."""
     lines = int(a.get("recorded") or 0) + int(a.get("unreadable_lines") or 0)
     unread = int(a.get("unreadable_lines") or 0)
     text = f"{lines:,} recorded" + (f" ({unread:,} of them unreadable)" if unread else "")
@@ -322,6 +329,9 @@ def accounting_text(a: dict[str, Any]) -> str:
     text = f"{int(sent):,} sent, " + text
     if missing and killed:
         return text + f", {missing:,} in flight with no record (the run was killed)"
-    if missing:
-        return text + f", {missing:,} with no record (lost)"
+    disk = min(int(a.get("lost_to_disk") or 0), missing)
+    if disk:
+        text += f", {disk:,} lost to the disk ({a.get('write_error') or 'a write failed'})"
+    if missing > disk:
+        return text + f", {missing - disk:,} with no record (lost)"
     return text

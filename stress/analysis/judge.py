@@ -9,12 +9,14 @@ view's badge applies the very same rules to a run in progress.
 
 Grades, worst wins:
 
-- FAIL: no request, lost records, crashed users, a recorder failure, more failed requests
-  than ``slo.error_rate`` allows, a suspected hang, a server restart or outage, GPU
-  hardware errors, or an SLO missed by more than ``SLO_FAIL_FACTOR`` (2x);
-- WARN: fewer failed requests than that, empty or cut-off replies, preemptions, any
-  other check's warning, a run that did not finish, an SLO missed by up to 2x, or an SLO
-  that could not be judged (fewer than ``MIN_SAMPLES`` requests);
+- FAIL: no request, or none answered; lost records, crashed users, a recorder failure,
+  more failed requests than ``slo.error_rate`` allows, or more cancelled at the drain
+  deadline after the run's end (each share on its own), a suspected hang, a server restart
+  or outage, GPU hardware errors, or an SLO missed by more than ``SLO_FAIL_FACTOR`` (2x);
+- WARN: fewer failed or cancelled requests than that, requests the user cut short (a
+  second Ctrl-C), empty or cut-off replies, preemptions, any other check's warning, a run
+  that did not finish, an SLO missed by up to 2x, or an SLO that could not be judged
+  (fewer than ``MIN_SAMPLES`` requests);
 - PASS: none of these.
 
 The exit code of ``stress run`` follows the grade (``stress.analysis.limits.exit_code``).
@@ -30,10 +32,11 @@ from typing import Any, Literal
 from stress.analysis import figures
 from stress.analysis.checks import accounting_text, health_warnings, level_of, warnings_for
 from stress.analysis.limits import DEFAULT_ERROR_RATE, MIN_SAMPLES, SLO_FAIL_FACTOR
-from stress.analysis.rows import EventRow
+from stress.analysis.rows import EventRow, RequestRow
 from stress.analysis.rundata import RunData
 from stress.analysis.stats import describe, percentile_interval
 from stress.fmt import num, times
+from stress.record import CANCEL_CAUSES
 
 HW_KINDS = ("xid", "aer", "ecc", "ecc_dbe", "ecc_uncorrected", "gpu_lost", "gpu_unavailable")
 
@@ -46,6 +49,85 @@ ERROR_HINTS = {
     "not the server's",
 }
 """What an error class means, for the classes a reader cannot guess."""
+
+
+USER_CANCELS = frozenset({"interrupt", "interrupt_drain"})
+"""Cancellation causes that are the user's choice (``stress.record.CANCEL_CAUSES``)."""
+CANCEL_WHY: dict[str, str] = {
+    **{str(k): v for k, v in CANCEL_CAUSES.items()},
+    "unrecorded": "for a cause not recorded",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTally:
+    """The run's requests counted once, warm-up included as health is judged: the
+    headline, the verdict's list and its rules all read these numbers. An error is a
+    failed request; a cancelled one is counted apart, by its cause."""
+
+    requests: int
+    answered: int
+    errors: Counter[str]
+    """Failed requests by error class, cancelled ones aside."""
+    cancelled: Counter[str]
+    """Cancelled requests by cause (``CANCEL_WHY``'s keys)."""
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    @property
+    def by_user(self) -> int:
+        return sum(n for cause, n in self.cancelled.items() if cause in USER_CANCELS)
+
+    @property
+    def charged(self) -> int:
+        """Cancelled at the drain deadline after the run's own end, or for no recorded
+        cause: requests the server did not finish in the time the scenario gave."""
+        return sum(self.cancelled.values()) - self.by_user
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "answered": self.answered,
+            "errors": self.error_count,
+            "cancelled": sum(self.cancelled.values()),
+            "cancelled_by": dict(self.cancelled.most_common()),
+        }
+
+
+def tally(records: list[RequestRow]) -> RequestTally:
+    errors: Counter[str] = Counter()
+    cancelled: Counter[str] = Counter()
+    for r in records:
+        if r.get("outcome", "error") != "error":
+            continue
+        cls = str(r.get("error_class") or "unclassified")
+        if cls == "cancelled":
+            cancelled[str(r.get("cancelled_by") or "unrecorded")] += 1
+        else:
+            errors[cls] += 1
+    answered = sum(1 for r in records if r.get("outcome") == "ok")  # reasoning-only is not
+    return RequestTally(len(records), answered, errors, cancelled)
+
+
+def cancelled_text(t: RequestTally, error_rate: float) -> str | None:
+    """The cancelled requests in a sentence: how many, by what, and how they grade."""
+    total = sum(t.cancelled.values())
+    if not total:
+        return None
+    parts = "; ".join(
+        f"{n:,} {CANCEL_WHY.get(cause, cause)}" for cause, n in t.cancelled.most_common()
+    )
+    text = f"{total:,} ({parts})"
+    if t.charged:
+        text += (
+            f"; the run fails past {100 * error_rate:g}% of requests cancelled at the drain "
+            "deadline after its end (slo.error_rate, counted apart from errors)"
+        )
+    if t.by_user:
+        text += "; those the user cut short fail nothing, but no figure holds them"
+    return text
 
 
 def _events(run: RunData, *kinds: str) -> list[EventRow]:
@@ -79,8 +161,16 @@ class HealthCounts:
     view's badge from the run in progress: one set of rules for both."""
 
     requests: int = 0
+    answered: int = 0
+    """Requests answered (``ok``): none of many is a FAIL, whatever else the run shows."""
     errors: int = 0
-    """Failed requests, cancelled ones (Ctrl-C, drain deadline) aside."""
+    """Failed requests, cancelled ones aside (``RequestTally.errors``)."""
+    cancelled: int = 0
+    """Requests the run cancelled at its drain deadline after its own end (or for a cause
+    not recorded): graded against ``error_rate_limit`` like the errors, apart from them."""
+    cancelled_by_user: int = 0
+    """Requests the user cut short (a second Ctrl-C or SIGTERM, or the drain after one):
+    no failure of the server, but the figures lack them, the slowest requests."""
     odd_replies: int = 0
     """Empty, reasoning-only and cut-off replies."""
     hangs: int = 0
@@ -102,10 +192,16 @@ class HealthCounts:
 def health_findings(c: HealthCounts) -> list[Finding]:
     """The run-health rules, FAIL ones first."""
     out: list[Finding] = []
-    if c.errors:
-        rate = c.errors / max(c.requests, 1)
-        level: Level = "FAIL" if rate > c.error_rate_limit else "WARN"
-        out.append(Finding(level, "errors", f"{_n(c.errors, 'error')} ({100 * rate:.1f}%)"))
+    if c.requests and not c.answered:
+        out.append(Finding("FAIL", "none_answered", f"0 of {c.requests:,} answered"))
+    for count, code, what in ((c.errors, "errors", "error"), (c.cancelled, "cancelled", "")):
+        if count:
+            rate = count / max(c.requests, 1)
+            level: Level = "FAIL" if rate > c.error_rate_limit else "WARN"
+            words = _n(count, what) if what else f"{count:,} cancelled at drain"
+            out.append(Finding(level, code, f"{words} ({100 * rate:.1f}%)"))
+    if c.cancelled_by_user:
+        out.append(Finding("WARN", "cancelled_by_user", f"{c.cancelled_by_user:,} cut by Ctrl-C"))
     for count, code, word in (
         (c.hangs, "hangs", "hang"),
         (c.restarts, "restarts", "restart"),
@@ -255,6 +351,9 @@ class Verdict:
     findings: list[Finding]
     """Why the grade: FAIL reasons first."""
     slo: list[SloCheck]
+    tally: RequestTally
+    error_rate: float
+    """The scenario's ``slo.error_rate``, as the verdict applied it."""
 
     @property
     def reasons(self) -> list[str]:
@@ -272,67 +371,103 @@ class Verdict:
             "slo": [c.as_dict() for c in self.slo],
             "items": self.items,
             "warnings": self.warnings,
+            "counts": self.tally.as_dict(),
+            "cancelled": cancelled_text(self.tally, self.error_rate),
         }
 
 
-def make_verdict(run: RunData) -> Verdict:
+def _request_items(run: RunData, t: RequestTally) -> list[str]:
+    """The verdict's first lines: requests sent and recorded by outcome, whether the run
+    finished, its errors and its cancelled requests (one count each, as the headline)."""
     recs = run.requests
-    items: list[str] = []
     outcomes = Counter(str(r.get("outcome", "error")) for r in recs)
+    cancelled = sum(t.cancelled.values())
+    if outcomes.get("error"):  # an error outcome is an error or a cancellation, apart
+        outcomes["error"] -= cancelled
+        outcomes["cancelled"] = cancelled
     warm = sum(1 for r in recs if r.get("warmup"))
-    acct = run.accounting
-    items.append(
-        f"Requests: {accounting_text(acct.as_dict())}"
-        + (" (" + ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items())) + ")")
-        * bool(outcomes)
+    shown = ", ".join(f"{k} {v:,}" for k, v in sorted(outcomes.items()) if v)
+    items = [
+        f"Requests: {accounting_text(run.accounting.as_dict())}"
+        + f" ({shown})" * bool(shown)
         + f"; {warm:,} warm-up requests are excluded from the figures."
-    )
+    ]
     if not run.complete:
         items.append(
             f"The run did not finish (killed or crashed) after {num(run.duration_s)} s: this "
             "report covers the files up to the last flush."
         )
-    errors = [r for r in recs if r.get("outcome") == "error"]
-    classes = Counter(str(r.get("error_class") or "unclassified") for r in errors)
-    real = sum(v for k, v in classes.items() if k != "cancelled")
-    if errors:
+    rate = error_rate_limit(run)
+    if t.errors:
         items.append(
-            f"Errors: {len(errors):,} ("
+            f"Errors: {t.error_count:,} ("
             + ", ".join(
                 f"{k} {v:,}" + (f": {ERROR_HINTS[k]}" if k in ERROR_HINTS else "")
-                for k, v in classes.most_common()
+                for k, v in t.errors.most_common()
             )
-            + f"); the run fails past {100 * error_rate_limit(run):g}% failed requests "
-            "(slo.error_rate)."
+            + f"); the run fails past {100 * rate:g}% failed requests (slo.error_rate)."
         )
     else:
         items.append("Errors: none.")
-    odd = [r for r in recs if r.get("outcome") in ("empty", "reasoning_only", "truncated")]
-    if odd:
-        diag = Counter(
-            (str(r.get("outcome")), str(r.get("diagnosis") or "no diagnosis")) for r in odd
+    text = cancelled_text(t, rate)
+    if text is not None:
+        items.append(f"Cancelled: {text}.")
+    return items
+
+
+def _hardware(run: RunData) -> tuple[Counter[str], str]:
+    """GPU hardware errors by kind, and the verdict's line about them."""
+    hw = Counter(str(e.get("kind")) for e in run.events if e.get("kind") in HW_KINDS)
+    gpu = run.collector("gpu")
+    if not hw and isinstance(gpu.get("hw_errors"), dict):
+        hw.update(
+            {str(k): int(v) for k, v in gpu["hw_errors"].items() if isinstance(v, int | float)}
         )
-        items.append(
-            "Empty, reasoning-only or truncated replies: "
-            + "; ".join(f"{n:,} {o} ({d})" for (o, d), n in diag.most_common())
-            + "."
-        )
-    else:
-        items.append("Empty or reasoning-only replies: none.")
-    stalls = classes.get("stall", 0)
-    first_token = classes.get("first_token_timeout", 0)
-    server = run.collector("server")
-    hangs = len(_events(run, "hang_suspected")) or int(server.get("hangs_suspected") or 0)
-    restarts = len(_events(run, "restart")) or int(server.get("restarts") or 0)
-    downs = len(_events(run, "server_down")) or int(server.get("down_events") or 0)
-    preempt = server.get("preemptions")
-    preempt = float(preempt) if isinstance(preempt, int | float) else 0.0
-    items.append(
-        f"Stalls {stalls}, first-token timeouts {first_token}, suspected hangs {hangs}, server "
-        f"restarts {restarts}, server down {downs} times"
-        + (f", preemptions {preempt:,.0f}" if preempt else "")
+    if not (run.gpu_cards or run.gpu_samples or gpu.get("available")):
+        return hw, "GPU hardware errors: not measured (no GPU telemetry in this run)."
+    if hw:
+        return hw, "GPU hardware errors: " + ", ".join(f"{k} {v}" for k, v in hw.items()) + "."
+    return hw, "GPU hardware errors (Xid / AER / ECC): none."
+
+
+def _odd_item(odd: list[RequestRow]) -> str:
+    if not odd:
+        return "Empty or reasoning-only replies: none."
+    diag = Counter((str(r.get("outcome")), str(r.get("diagnosis") or "no diagnosis")) for r in odd)
+    return (
+        "Empty, reasoning-only or truncated replies: "
+        + "; ".join(f"{n:,} {o} ({d})" for (o, d), n in diag.most_common())
         + "."
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Trouble:
+    """The server's trouble as the events (else its collector) count it."""
+
+    hangs: int
+    restarts: int
+    downs: int
+    preemptions: float
+
+
+def _server_items(run: RunData, t: RequestTally) -> tuple[_Trouble, list[str]]:
+    """The server's trouble (hangs, restarts, outages, preemptions) and its lines."""
+    recs = run.requests
+    server = run.collector("server")
+    preempt = server.get("preemptions")
+    c = _Trouble(
+        len(_events(run, "hang_suspected")) or int(server.get("hangs_suspected") or 0),
+        len(_events(run, "restart")) or int(server.get("restarts") or 0),
+        len(_events(run, "server_down")) or int(server.get("down_events") or 0),
+        float(preempt) if isinstance(preempt, int | float) else 0.0,
+    )
+    items = [
+        f"Stalls {t.errors['stall']}, first-token timeouts {t.errors['first_token_timeout']}, "
+        f"suspected hangs {c.hangs}, server restarts {c.restarts}, server down {c.downs} times"
+        + (f", preemptions {c.preemptions:,.0f}" if c.preemptions else "")
+        + "."
+    ]
     gaps = [float(v) for r in recs if (v := r.get("max_gap_s")) is not None]
     if gaps:
         d = describe(gaps)
@@ -340,52 +475,22 @@ def make_verdict(run: RunData) -> Verdict:
             f"Longest silence inside each stream (max_gap_s): p50 {num(d.p50)} s, p95 "
             f"{num(d.p95)} s, max {num(max(gaps))} s (n = {d.n:,})."
         )
-    if preempt:  # zero errors can hide this (field notes: 92 s median TTFT, no errors)
+    if c.preemptions:  # zero errors can hide this (field notes: 92 s median TTFT)
         items.append(
-            f"Preemptions: the server evicted and recomputed running requests {preempt:,.0f} "
-            "times; latency suffers even with zero errors (a larger KV pool is the lever)."
+            f"Preemptions: the server evicted and recomputed running requests "
+            f"{c.preemptions:,.0f} times; latency suffers even with zero errors (a larger KV "
+            "pool is the lever)."
         )
-    checks = slo_checks(run)
-    for c in checks:
-        items.append(f"SLO: {c.text()}.")
-    hw = Counter(str(e.get("kind")) for e in run.events if e.get("kind") in HW_KINDS)
-    gpu = run.collector("gpu")
-    if not hw and isinstance(gpu.get("hw_errors"), dict):
-        hw.update(
-            {str(k): int(v) for k, v in gpu["hw_errors"].items() if isinstance(v, int | float)}
-        )
-    if run.gpu_cards or run.gpu_samples or gpu.get("available"):
-        if hw:
-            items.append(
-                "GPU hardware errors: " + ", ".join(f"{k} {v}" for k, v in hw.items()) + "."
-            )
-        else:
-            items.append("GPU hardware errors (Xid / AER / ECC): none.")
-    else:
-        items.append("GPU hardware errors: not measured (no GPU telemetry in this run).")
-    found = health_warnings(run.files) + warnings_for(recs, run.manifest, run.files.collectors)
-    kinds = Counter(str(e.get("kind")) for e in run.events)
-    findings = health_findings(
-        HealthCounts(
-            requests=len(recs),
-            errors=real,
-            odd_replies=len(odd),
-            hangs=hangs,
-            restarts=restarts,
-            downs=downs,
-            preemptions=preempt,
-            hardware=sum(hw.values()),
-            users_crashed=kinds["user_crashed"],
-            workers_died=kinds["worker_died"],
-            recorder_failed=kinds["recorder_failed"],
-            records_failed=kinds["record_failed"],
-            collector_failed=kinds["collector_failed"],
-            incomplete=not run.complete,
-            error_rate_limit=error_rate_limit(run),
-        )
-    )
+    return c, items
+
+
+def _graded(
+    counts: HealthCounts, found: list[dict[str, str]], checks: list[SloCheck]
+) -> list[Finding]:
+    """The health rules, then the checks the counts do not already grade, then the SLO."""
+    findings = health_findings(counts)
     counted = {f.code for f in findings}
-    for w in found:  # the checks the counts above do not already grade
+    for w in found:
         level = level_of(w["code"])
         if level == "NOTE" or w["code"] in counted or w["code"] in COUNTED_CHECKS:
             continue
@@ -393,15 +498,59 @@ def make_verdict(run: RunData) -> Verdict:
             Finding("FAIL" if level == "FAIL" else "WARN", w["code"], w["code"].replace("_", " "))
         )
     findings += [f for f in (c.finding() for c in checks) if f is not None]
-    findings.sort(key=lambda f: f.level != "FAIL")
-    status = grade(findings)
-    answered = outcomes.get("ok", 0)  # a reasoning-only reply is not an answer
-    summary = (
-        f"{status}: {answered:,} of {acct.sent:,} requests answered, {real:,} errors, "
-        f"{hangs} hangs, {restarts} restarts"
+    return sorted(findings, key=lambda f: f.level != "FAIL")
+
+
+def make_verdict(run: RunData) -> Verdict:
+    recs = run.requests
+    t = tally(recs)
+    items = _request_items(run, t)
+    odd = [r for r in recs if r.get("outcome") in ("empty", "reasoning_only", "truncated")]
+    items.append(_odd_item(odd))
+    server, lines = _server_items(run, t)
+    items += lines
+    checks = slo_checks(run)
+    items += [f"SLO: {c.text()}." for c in checks]
+    hw, hw_line = _hardware(run)
+    items.append(hw_line)
+    found = health_warnings(run.files) + warnings_for(recs, run.manifest, run.files.collectors)
+    kinds = Counter(str(e.get("kind")) for e in run.events)
+    counts = HealthCounts(
+        requests=t.requests,
+        answered=t.answered,
+        errors=t.error_count,
+        cancelled=t.charged,
+        cancelled_by_user=t.by_user,
+        odd_replies=len(odd),
+        hangs=server.hangs,
+        restarts=server.restarts,
+        downs=server.downs,
+        preemptions=server.preemptions,
+        hardware=sum(hw.values()),
+        users_crashed=kinds["user_crashed"],
+        workers_died=kinds["worker_died"],
+        recorder_failed=kinds["recorder_failed"],
+        records_failed=kinds["record_failed"],
+        collector_failed=kinds["collector_failed"],
+        incomplete=not run.complete,
+        error_rate_limit=error_rate_limit(run),
     )
+    findings = _graded(counts, found, checks)
+    status = grade(findings)
+    summary = f"{status}: {headline_counts(t, run.accounting.sent, counts)}"
     for c in checks:
         summary += f"; {c.figure} {c.status}" + (
             f" {times(c.factor or 0.0)}" if c.status == "MISSED" else ""
         )
-    return Verdict(status, summary, items, [w["message"] for w in found], findings, checks)
+    warnings = [w["message"] for w in found]
+    return Verdict(status, summary, items, warnings, findings, checks, t, error_rate_limit(run))
+
+
+def headline_counts(t: RequestTally, sent: int, c: HealthCounts) -> str:
+    """'0 of 12 requests answered, 0 errors, 12 cancelled, 0 hangs, 0 restarts'."""
+    cancelled = sum(t.cancelled.values())
+    return (
+        f"{t.answered:,} of {sent:,} requests answered, {t.error_count:,} errors"
+        + (f", {cancelled:,} cancelled" if cancelled else "")
+        + f", {c.hangs} hangs, {c.restarts} restarts"
+    )

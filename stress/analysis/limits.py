@@ -10,7 +10,8 @@ MIN_SAMPLES = 20
 """No SLO judgement (and no capacity bucket judged) on fewer samples: a p95 from 3
 requests is noise."""
 DEFAULT_ERROR_RATE = 0.01
-"""Failed requests (cancelled ones aside) above this share of all requests make a FAIL;
+"""Failed requests (cancelled ones aside) above this share of all requests make a FAIL, and
+so do requests cancelled at the drain deadline after the run's end, counted on their own;
 fewer are a WARN. The scenario's ``slo.error_rate`` overrides it."""
 EXIT_VERDICT_FAIL = 3
 """``stress run``'s exit code when the verdict fails the gate (``--fail-on``: FAIL by

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from stress.record import ErrorClass, Outcome
+from stress.record import CancelCause, ErrorClass, Outcome
 
 
 class RequestRow(TypedDict, total=False):
@@ -62,6 +62,7 @@ class RequestRow(TypedDict, total=False):
     outcome: Outcome
     error_class: ErrorClass | None
     error: str | None
+    cancelled_by: CancelCause | None
     http_status: int | None
     retry_after_s: float | None
     reconnects: int

@@ -85,7 +85,7 @@ class RunData:
 
     @property
     def complete(self) -> bool:
-        return self.manifest.get("end_time") is not None
+        return self.files.finished
 
     @property
     def duration_s(self) -> float:

@@ -65,6 +65,7 @@ TEXTS = (
     "response_id",
     "error_class",
     "error",
+    "cancelled_by",
     "finish_reason",
     "diagnosis",
     "reasoning_field",
@@ -156,6 +157,11 @@ class Accounting:
     """Sent, with no line in requests.jsonl (in flight at a kill, or lost)."""
     sent_known: bool
     killed: bool
+    lost_to_disk: int = 0
+    """Of ``no_record``: finished requests whose record the run could not write (state.json's
+    ``unwritten`` at the end, after ``write_error``)."""
+    write_error: str | None = None
+    """Why the run could not write its files (e.g. "No space left on device")."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -164,6 +170,8 @@ class Accounting:
             "unreadable_lines": self.unreadable,
             "no_record": self.no_record,
             "killed": self.killed,
+            "lost_to_disk": self.lost_to_disk,
+            "write_error": self.write_error,
         }
 
 
@@ -187,6 +195,12 @@ class RunFiles:
     @property
     def accounting(self) -> Accounting:
         return accounting(self.manifest, self.requests, self.state, self.quality)
+
+    @property
+    def finished(self) -> bool:
+        """The run ended by itself (not killed): its manifest has an end time, or its last
+        state.json says finished (a full disk can keep the manifest from being rewritten)."""
+        return finished(self.manifest, self.state)
 
 
 def read_jsonl_counted(path: Path) -> tuple[list[Record], int]:
@@ -354,12 +368,14 @@ def read_state(run_dir: Path, quality: Quality) -> dict[str, Any] | None:
         quality.unreadable["state.json"] = 1
         return None
     state: dict[str, Any] = {}
-    for key in ("t", "sent", "recorded", "in_flight_count"):
+    for key in ("t", "sent", "recorded", "in_flight_count", "unwritten"):
         v = obj.get(key)
         if _is_num(v) and v >= 0:
             state[key] = v
     if isinstance(obj.get("finished"), bool):
         state["finished"] = obj["finished"]
+    if isinstance(obj.get("write_error"), str):
+        state["write_error"] = obj["write_error"][:200]
     return state
 
 
@@ -452,14 +468,26 @@ def accounting(
     lines = len(requests) + unreadable
     sent_known = state is not None and "sent" in state
     sent = max(int(state["sent"]), lines) if state is not None and sent_known else lines
+    ended = finished(manifest, state)
+    error = (state or {}).get("write_error")
+    # state.json's last count of records it could not write; lines written after it
+    # (a retry, once there was room) are not lost
+    unwritten = int((state or {}).get("unwritten") or 0) if ended and error else 0
     return Accounting(
         sent=sent,
         recorded=len(requests),
         unreadable=unreadable,
         no_record=sent - lines,
         sent_known=sent_known,
-        killed=manifest.get("end_time") is None,
+        killed=not ended,
+        lost_to_disk=min(unwritten, sent - lines),
+        write_error=error,
     )
+
+
+def finished(manifest: Mapping[str, Any], state: Mapping[str, Any] | None) -> bool:
+    """Whether the run ended by itself: see ``RunFiles.finished``."""
+    return manifest.get("end_time") is not None or bool((state or {}).get("finished"))
 
 
 def _telemetry(

@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 from stress.analysis import figures
+from stress.analysis.judge import tally
 from stress.analysis.rundata import Record, RunData
 from stress.analysis.stats import describe
 from stress.fmt import mean_sd, num, pct, tokens
@@ -28,7 +29,8 @@ def _group(records: list[Record], key: Callable[[Record], K]) -> dict[K, list[Re
 
 
 def _errors(g: list[Record]) -> int:
-    return sum(1 for r in g if r.get("outcome") == "error")
+    """Failed requests, cancelled ones aside: the verdict's count (``judge.tally``)."""
+    return tally(g).error_count
 
 
 def per_user(run: RunData) -> Table:

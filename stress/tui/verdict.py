@@ -62,9 +62,17 @@ def judge(
     the headline figures so far (``Snapshot.ttft_p95_run``...), as the verdict grades them."""
     rate = (slo or {}).get("error_rate")
     server: Mapping[str, Any] = s.collectors.get("server") or {}
+    cancelled = s.error_classes.get("cancelled", 0)
+    # the snapshot has no causes: a drain deadline says so in its event, any other
+    # cancellation is the user's second Ctrl-C (a drain after the user's first is taken
+    # for the run's own here, and told apart in the verdict)
+    charged = cancelled if kinds["drain_timeout"] else 0
     counts = HealthCounts(
         requests=sum(s.outcomes.values()),
-        errors=s.outcomes.get("error", 0) - s.error_classes.get("cancelled", 0),
+        answered=s.outcomes.get("ok", 0),
+        errors=s.outcomes.get("error", 0) - cancelled,
+        cancelled=charged,
+        cancelled_by_user=cancelled - charged,
         odd_replies=sum(s.outcomes.get(k, 0) for k in ("empty", "reasoning_only", "truncated")),
         hangs=kinds["hang_suspected"],
         restarts=max(int(num(server, "restarts") or 0), kinds["restart"]),

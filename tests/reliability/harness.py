@@ -337,11 +337,14 @@ def verdict_status(run_dir: Path) -> str:
 
 
 def assert_honest_verdict(result: RunResult) -> None:
-    """Never PASS with no request, a crashed user or a recorder/collector failure."""
+    """Never PASS with a crashed user or a recorder/collector failure; FAIL with no request
+    answered (none sent, or every one failed, empty or cancelled)."""
     kinds = {e.get("kind") for e in result.events()}
     bad = kinds & {"user_crashed", "recorder_failed", "collector_failed"}
-    if bad or not result.records():
-        assert verdict_status(result.dir) != "PASS", f"PASS despite {bad or 'no requests'}"
+    if bad:
+        assert verdict_status(result.dir) != "PASS", f"PASS despite {bad}"
+    if not any(r.get("outcome") == "ok" for r in result.records()):
+        assert verdict_status(result.dir) == "FAIL", "not FAIL with no request answered"
 
 
 def assert_sound_run(result: RunResult, *, exit_code: int | None = None) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from tests.reliability.harness import (
     MARGIN_S,
+    RunResult,
     assert_all_jsonl_valid,
     assert_no_traceback,
     assert_truthful,
@@ -71,7 +72,9 @@ def fill(folder: Path) -> None:
                     break
 
 
-async def test_full_disk_stops_the_run_cleanly(tmp_path: Path, small_disk: Path) -> None:
+async def full_disk_run(tmp_path: Path, small_disk: Path) -> tuple[RunResult, int]:
+    """A run whose disk fills after its first two lines: its result, and how many
+    requests the server received."""
     drain = 10.0
     out = small_disk / "out"
     plan = write_scenario(tmp_path, users=2, rounds=None, duration=120.0, drain_s=drain)
@@ -87,7 +90,11 @@ async def test_full_disk_stops_the_run_cleanly(tmp_path: Path, small_disk: Path)
         await wait_until("2 lines on disk", lambda: lines_on_disk() >= 2, MARGIN_S, cli.proc)
         fill(small_disk)
         result = await cli.finish(drain + MARGIN_S, out)
-        received = server.received
+        return result, server.received
+
+
+async def test_full_disk_stops_the_run_cleanly(tmp_path: Path, small_disk: Path) -> None:
+    result, received = await full_disk_run(tmp_path, small_disk)
     assert_no_traceback(result)
     assert result.rc == 1, f"exit {result.rc}, expected 1; stderr: {result.stderr[-800:]}"
     message = [line for line in result.stderr.splitlines() if line.strip()]
@@ -103,3 +110,32 @@ async def test_full_disk_stops_the_run_cleanly(tmp_path: Path, small_disk: Path)
     report = await run_report(result.dir)
     assert_no_traceback(report)
     assert report.rc == 0, report.stderr
+
+
+async def test_the_report_after_a_full_disk_says_what_was_lost(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """Sent, recorded and lost to the disk, from the run directory alone (state.json's last
+    count, written into the space the recorder held back), never "the run was killed"."""
+    result, received = await full_disk_run(tmp_path, small_disk)
+    assert result.rc == 1, result.stderr
+    lines = len(jsonl(result.dir / "requests.jsonl"))
+    lost = received - lines
+    assert lost >= 1, f"the disk cost no record ({lines} lines, {received} received)"
+    state = result.state()
+    assert state["finished"] is True, state
+    assert (state["sent"], state["recorded"], state["unwritten"]) == (received, lines, lost)
+    assert "space" in state["write_error"].lower(), state
+    assert not (result.dir / "state.json.reserve").exists()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(small_disk / "filler")
+    report = await run_report(result.dir)
+    assert report.rc == 0, report.stderr
+    said = f"{received:,} sent, {lines:,} recorded, {lost:,} lost to the disk (No space left"
+    assert said in report.stdout, report.stdout
+    assert "killed" not in report.stdout and "did not finish" not in report.stdout
+    summary = result.summary()
+    assert summary["complete"] is True
+    acct = summary["accounting"]
+    assert (acct["killed"], acct["lost_to_disk"], acct["no_record"]) == (False, lost, lost)
+    assert summary["verdict"]["status"] == "FAIL"

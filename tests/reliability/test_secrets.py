@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
+import orjson
 import pytest
 
 from tests.reliability.harness import (
@@ -24,6 +25,7 @@ from tests.reliability.harness import (
     assert_no_traceback,
     assert_sound_run,
     cli_env,
+    run_args,
     run_cli,
     write_scenario,
 )
@@ -112,3 +114,76 @@ async def test_target_url_credentials_never_leak(tmp_path: Path, out: Path) -> N
         assert not leaks(result, secret), leaks(result, secret)
         assert secret not in checked.stdout + checked.stderr, "validate printed it"
     assert_accounted(result)
+
+
+async def test_the_key_echoed_to_a_worker_never_leaks(tmp_path: Path, out: Path) -> None:
+    """``--workers 2``: each worker masks the key before a frame leaves it (the frames
+    themselves: ``tests/test_workers.py::test_a_workers_frames_carry_no_key_the_server_
+    echoed``), and no file or output of the run holds it."""
+    plan = write_scenario(
+        tmp_path, users=2, rounds=2, target_extra={"api_key_env": "STRESS_API_KEY"}
+    )
+    async with hostile("ok", api_key=WEIRD_KEY) as server:
+        cli = await Cli.start(
+            *run_args(plan, out, server.url), "--workers", "2",
+            env=cli_env(STRESS_API_KEY=WEIRD_KEY),
+        )  # fmt: skip
+        try:
+            result = await cli.finish(plan.bound_s, out)
+        finally:
+            cli.kill()
+    assert_sound_run(result)
+    assert server.auth_failures == 0
+    recs = result.records()
+    assert server.received == len(recs) == 4
+    assert any("***" in (r["error"] or "") for r in recs), "the server did not echo the key"
+    assert not leaks(result, WEIRD_KEY), leaks(result, WEIRD_KEY)
+    assert_accounted(result)
+
+
+def keys_of(obj: object) -> set[str]:
+    """Every object key in a JSON document, at any depth."""
+    if isinstance(obj, dict):
+        return set(obj) | {k for v in obj.values() for k in keys_of(v)}
+    if isinstance(obj, list):
+        return {k for v in obj for k in keys_of(v)}
+    return set()
+
+
+@pytest.mark.parametrize("password", ["requests", "%20" * 8], ids=["requests", "8 spaces"])
+async def test_a_secret_that_is_ordinary_text_leaves_the_json_files_whole(
+    tmp_path: Path, out: Path, password: str
+) -> None:
+    """A URL password that is also ordinary text, ``requests`` or eight spaces, is still
+    scrubbed, but only from string values: ``summary.json`` keeps its ``requests`` keys
+    and ``manifest.json`` its indentation (the scrubber renamed the one and broke the
+    other)."""
+    async with hostile("ok") as server:
+        url = f"http://stressuser:{password}@127.0.0.1:{server.port}"
+        plan = write_scenario(tmp_path, rounds=2, target_extra={"url": url})
+        result = await run_cli(plan, out, url)
+    assert_sound_run(result)
+    summary, manifest = result.summary(), orjson.loads((result.dir / "manifest.json").read_bytes())
+    assert {"requests_total", "warmup_requests"} <= keys_of(summary), sorted(keys_of(summary))
+    assert "requests" in summary["overall"], summary["overall"]
+    assert "min_requests" in manifest["scenario"]["limits"]
+    for doc in (summary, manifest):
+        assert not [k for k in keys_of(doc) if "***" in k]
+    assert "stressuser:" not in (result.dir / "manifest.json").read_text()
+    assert_accounted(result)
+
+
+async def test_a_key_that_is_only_letters_is_refused_naming_the_variable(
+    tmp_path: Path, out: Path
+) -> None:
+    """``requests`` as the key would be masked in every word of every report: refused in
+    one line that names the variable, never the key, before a request is sent."""
+    plan = write_scenario(tmp_path, rounds=2, target_extra={"api_key_env": "STRESS_API_KEY"})
+    async with hostile("ok", api_key="requests") as server:
+        result = await run_cli(plan, out, server.url, env=cli_env(STRESS_API_KEY="requests"))
+    assert_no_traceback(result)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.rc == 1 and len(lines) == 1, (result.rc, lines)
+    assert "STRESS_API_KEY" in lines[0] and "only letters" in lines[0], lines
+    assert "requests" not in lines[0]
+    assert server.received == 0

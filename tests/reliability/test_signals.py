@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from stress.analysis.limits import EXIT_VERDICT_FAIL
 from tests.reliability.harness import (
     MARGIN_S,
     RunResult,
@@ -62,13 +63,15 @@ async def test_ctrl_c_once_drains_in_flight_requests(tmp_path: Path, out: Path) 
     assert not [r for r in recs if r["error_class"] == "cancelled"], "drain cancelled requests"
     assert [r["outcome"] for r in recs] == ["ok"] * len(recs)
     assert exit_reason(result) == "interrupted"
-    assert (result.dir / "summary.json").exists()
+    verdict = result.summary()["verdict"]
+    assert result.rc == 0 and verdict["status"] != "FAIL", verdict["findings"]
+    assert "cancelled" not in verdict["summary"] and verdict["cancelled"] is None
     assert_accounted(result)
 
 
 async def test_ctrl_c_twice_cancels_and_records_in_flight(tmp_path: Path, out: Path) -> None:
     """The streams would take 40 s; the second Ctrl-C cancels them: each is a ``cancelled``
-    line, none vanishes."""
+    line saying so, none vanishes, and a run that answered nothing is a FAIL (exit 3)."""
     plan = write_scenario(tmp_path, users=2, rounds=None, duration=120.0, drain_s=60.0)
     async with (
         hostile("ok", tokens=400, stream_delay_s=0.1) as server,
@@ -89,7 +92,12 @@ async def test_ctrl_c_twice_cancels_and_records_in_flight(tmp_path: Path, out: P
     assert server.received == len(recs) == 2
     assert [r["error_class"] for r in recs] == ["cancelled", "cancelled"]
     assert all(r["outcome"] == "error" and r["chunks_content"] >= 1 for r in recs)
+    assert [r["cancelled_by"] for r in recs] == ["interrupt", "interrupt"]
     assert exit_reason(result) == "interrupted"
+    assert result.rc == EXIT_VERDICT_FAIL
+    verdict = result.summary()["verdict"]
+    assert verdict["summary"].startswith("FAIL: 0 of 2 requests answered, 0 errors, 2 cancelled")
+    assert verdict["cancelled"].startswith("2 (2 by a second Ctrl-C or SIGTERM)")
     assert_accounted(result)
 
 

@@ -118,6 +118,8 @@ def test_killed_run_counts_requests_in_flight_and_lived_time(
         "unreadable_lines": 1,
         "no_record": 2,
         "killed": True,
+        "lost_to_disk": 0,
+        "write_error": None,
     }
     assert s["data_quality"]["unreadable_lines"] == {"requests.jsonl": 1}
     assert {"in_flight_lost", "unreadable_lines"} <= codes(s)
