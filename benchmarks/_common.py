@@ -1,7 +1,7 @@
 """Shared pieces of the client benchmarks: SSE bodies, an nginx target, the client driver.
 
-Not a benchmark itself. The driver runs the real ``stress.client.ChatClient`` with its own
-connection pool (``stress.http1``), so the figures are those of the code a run uses, not
+Not a benchmark itself. The driver runs the real ``stress.net.client.ChatClient`` with its own
+connection pool (``stress.net.http1``), so the figures are those of the code a run uses, not
 of a copy.
 """
 
@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 import psutil
 
-from stress.client import ChatClient, TimeoutPolicy
-from stress.record import RequestRecord
+from stress.core.record import RequestRecord
+from stress.net.client import ChatClient, TimeoutPolicy
 
 POLICY = TimeoutPolicy(connect=10, first_token=60, stall=60, total=600)
 WORDS = (" the", " model", " streams", " one", " token", " per", " chunk", ",", " and", " so")

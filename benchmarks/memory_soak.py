@@ -4,7 +4,7 @@ Why: a soak tester that keeps something per chunk or per request in RAM runs out
 in the hour it is meant to last (issue target: under 20 MB growth over a one-hour soak).
 The simulator runs in its own process on another core with a time scale (one simulated
 hour in ``3600 / scale`` wall seconds); this process runs the real engine through
-``stress.run.execute`` (recorder, live state, server collector, headless printer) on a
+``stress.runtime.run.execute`` (recorder, live state, server collector, headless printer) on a
 64-user scenario whose durations are scaled to match, and samples its own RSS once a
 second. Growth is measured from the end of the warm-up (first 10 % of the run, when the
 pools, buffers and caches fill) to the moment the engine finished (the manifest gets its
@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._common import free_port, machine, wait_port  # noqa: E402
-from stress.run import execute  # noqa: E402
-from stress.scenario import Scenario, load_scenario, time_scaled  # noqa: E402
+from stress.config.scenario import Scenario, load_scenario, time_scaled  # noqa: E402
+from stress.runtime.run import execute  # noqa: E402
 
 
 def scenario(url: str, users: int, scale: float) -> dict[str, object]:

@@ -4,7 +4,7 @@ Why: on a paced stream (a token per read, as real servers write them) the client
 Python per chunk is what ``stress run`` can still cut (issue 15: paced CPU per chunk); a
 whole-run benchmark measures it only through the kernel's and the loop's costs, with a
 spread wider than a change of a tenth of a microsecond. Here the production classes
-(``stress.http1.Connection`` with its httptools parser, ``stress.reply.ReplyReader`` with
+(``stress.net.http1.Connection`` with its httptools parser, ``stress.net.reply.ReplyReader`` with
 its SSE parser, orjson and the record) are fed a recorded vLLM-shaped reply read by read,
 with no socket and no loop wake: the figure is the Python a read costs, nothing else.
 
@@ -28,10 +28,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import WORDS, machine, vllm_chunk
-from stress.client import _Watchdog
-from stress.http1 import Connection, Endpoint, Pool
-from stress.record import RequestRecord
-from stress.reply import Clock, Reply, ReplyReader
+from stress.core.record import RequestRecord
+from stress.net.client import _Watchdog
+from stress.net.http1 import Connection, Endpoint, Pool
+from stress.net.reply import Clock, Reply, ReplyReader
 
 HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"

@@ -32,7 +32,7 @@ from benchmarks._common import machine, sse_body
 
 def load_parser(path: str | None) -> Callable[[], Any]:
     if path is None:
-        from stress.sse import SSEParser
+        from stress.net.sse import SSEParser
 
         return SSEParser
     spec = importlib.util.spec_from_file_location("sse_under_test", path)
@@ -89,7 +89,7 @@ def main() -> None:
     body = sse_body(args.chunks)
     crlf = body.replace(b"\n", b"\r\n")
     print(
-        f"# sse_parser: {args.parser or 'stress.sse'}; {args.chunks}-chunk replies "
+        f"# sse_parser: {args.parser or 'stress.net.sse'}; {args.chunks}-chunk replies "
         f"({len(body):,} B), {args.streams} per pass, best of {args.repeats}; {machine()}"
     )
     cases = {

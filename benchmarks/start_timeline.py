@@ -65,17 +65,17 @@ def wrap_async(module: Any, name: str) -> None:
 def main() -> None:
     url = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8399"
     scenario = Path(sys.argv[2]) if len(sys.argv) > 2 else ROOT / "scenarios" / "quickstart.yaml"
-    import stress.cli as cli
+    import stress.cli.main as cli
 
-    lap("stress.cli imported")
-    import stress.run as run
-    import stress.target as target
+    lap("stress.cli.main imported")
+    import stress.runtime.run as run
+    import stress.runtime.target as target
 
-    lap("stress.run imported")
+    lap("stress.runtime.run imported")
     import stress.collectors.gpu.collector as gpu_collector
-    import stress.corpus as corpus
-    import stress.engine as engine
-    import stress.http1 as http1
+    import stress.load.corpus as corpus
+    import stress.load.engine as engine
+    import stress.net.http1 as http1
 
     steps = ("get_tokenizer", "Corpus", "new_run_dir", "Recorder", "write_json", "ChatClient")
     for name in (*steps, "versions", "platform_text", "_collectors"):

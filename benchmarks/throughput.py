@@ -4,7 +4,7 @@ Why: a Python server cannot feed a Python client fast enough to find the client'
 nginx (from Debian's packages, pinned to another core) answers every POST with a
 pre-generated vLLM-shaped stream (N content chunks, a usage chunk, ``[DONE]``), so the
 client core is the bottleneck and what it manages per CPU-second is the client's ceiling.
-The driver is the real ``ChatClient`` (its own pool, ``stress.http1``), on uvloop.
+The driver is the real ``ChatClient`` (its own pool, ``stress.net.http1``), on uvloop.
 
 Prints, per concurrency level and repeat: chunks per wall second, chunks per client
 CPU-second (the figure that does not depend on how busy the shared machine is), CPU use of

@@ -39,7 +39,7 @@ from benchmarks._common import (
     request_body,
     run_loop,
 )
-from stress.record import RequestRecord
+from stress.core.record import RequestRecord
 
 
 def pct(values: list[float]) -> str:

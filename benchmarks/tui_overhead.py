@@ -2,7 +2,7 @@
 own process (as `stress run` draws it), and with the view on the run's own event loop.
 
 Runs the built-in simulator (its own process) at 64 users: once with the headless printer,
-once with the view's process (``stress.tui_process``) rendering into a virtual 160x50
+once with the view's process (``stress.live.view_process``) rendering into a virtual 160x50
 screen, and once with the same Textual app on the engine's loop (``stress.tui.TuiSink``,
 how the view ran before it had its own process), in turn, and compares aggregate output
 tok/s and TTFT. TTFT error is the client's TTFT minus the simulator's ground truth for the
@@ -25,11 +25,11 @@ from typing import Any, Literal
 
 import orjson
 
-import stress.tui_process
-from stress.run import execute
-from stress.scenario import load_scenario
+import stress.live.view_process
+from stress.config.scenario import load_scenario
+from stress.live.view_process import TuiProcess
+from stress.runtime.run import execute
 from stress.tui import TuiSink
-from stress.tui_process import TuiProcess
 
 SIZE = (160, 50)
 MODES = ("headless", "tui", "tui-on-loop")
@@ -95,7 +95,7 @@ def view_on_loop(*args: Any, child: object = None, **kwargs: Any) -> TuiSink:
 
 async def one(mode: str, users: int, duration: int) -> dict[str, Any]:
     ui: Literal["headless", "tui"] = "headless" if mode == "headless" else "tui"
-    stress.tui_process.TuiProcess = view_on_loop if mode == "tui-on-loop" else view_process  # type: ignore[assignment,misc]
+    stress.live.view_process.TuiProcess = view_on_loop if mode == "tui-on-loop" else view_process  # type: ignore[assignment,misc]
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         gt = d / "truth.jsonl"

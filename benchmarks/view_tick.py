@@ -3,7 +3,8 @@
 Why: the live view draws from its own process, but the run's side still builds a
 ``Snapshot`` 4 times a second and pickles it onto the pipe, on the loop that timestamps
 the tokens (issue 15: the paced CPU per chunk with the view on). Here the production
-classes (``stress.live.Live`` fed finished ``RequestRecord``s, ``stress.tui_process.Ticks``
+classes (``stress.live.state.Live`` fed finished ``RequestRecord``s,
+``stress.live.view_process.Ticks``
 and its pickler) are timed with no loop and no pipe: one paced minute of requests (every
 user ends a request a second, 10 recent turns each, the 60 s window full), then
 
@@ -34,9 +35,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import machine
-from stress.live import Live, Snapshot
-from stress.record import RequestRecord
-from stress.tui_process import Ticks
+from stress.core.record import RequestRecord
+from stress.live.state import Live, Snapshot
+from stress.live.view_process import Ticks
 
 WINDOW = (0, 90)
 """The rows a view asks for on a tall terminal: 30 on screen, a screen above and below."""

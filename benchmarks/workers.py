@@ -160,7 +160,7 @@ class TreeSampler:
                     continue
                 with contextlib.suppress(psutil.Error):
                     cmd = " ".join(c.cmdline())
-                    (self.workers if "stress.worker" in cmd else self.others).add(c.pid)
+                    (self.workers if "stress.runtime.worker" in cmd else self.others).add(c.pid)
                     self._procs[c.pid] = c
                     self.series[c.pid] = []
 

@@ -1,4 +1,4 @@
-"""Write the bundled corpora's token ids (``stress.corpus.write_token_ids``).
+"""Write the bundled corpora's token ids (``stress.load.corpus.write_token_ids``).
 
 Each folder of ``stress/data/corpora`` ships a ``token-ids.<tokenizer>.bin`` holding its
 paragraphs' token ids, so ``stress run`` reads them instead of encoding the corpus on the
@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from stress.bundled import CORPORA
-from stress.corpus import write_token_ids
+from stress.config.bundled import CORPORA
+from stress.load.corpus import write_token_ids
 
 
 def main() -> None:

@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from stress.cli import main
+from stress.cli.main import main
 
 sys.exit(main())

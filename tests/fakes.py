@@ -100,7 +100,7 @@ class FakeServer:
         return app
 
     async def _tokenize(self, request: web.Request) -> web.Response:
-        from stress.tokens import count_tokens
+        from stress.core.tokens import count_tokens
 
         body = orjson.loads(await request.read())
         assert self.tokenize_ratio is not None

@@ -20,9 +20,9 @@ import numpy as np
 import orjson
 import pytest
 
-from stress.engine import arrival_gap, session_rounds
-from stress.errors import ScenarioError
-from stress.scenario import Arrivals, load_scenario, time_scaled, with_overrides
+from stress.config.scenario import Arrivals, load_scenario, time_scaled, with_overrides
+from stress.core.errors import ScenarioError
+from stress.load.engine import arrival_gap, session_rounds
 
 STRESS = [sys.executable, "-m", "stress"]
 SCALE = 120
@@ -239,16 +239,16 @@ def test_overrides_and_time_scale_keep_arrivals(tmp_path: Path) -> None:
 
 
 def test_shipped_open_loop_scenario_validates() -> None:
-    from stress.bundled import SCENARIOS
+    from stress.config.bundled import SCENARIOS
 
     loaded = load_scenario(SCENARIOS / "open_loop_chat.yaml")
     assert loaded.scenario.arrivals is not None
 
 
 def test_live_keeps_active_sessions_only_and_counts_arrivals() -> None:
-    from stress.headless import HeadlessPrinter
-    from stress.live import Live
-    from stress.record import RequestRecord
+    from stress.core.record import RequestRecord
+    from stress.live.headless import HeadlessPrinter
+    from stress.live.state import Live
     from stress.tui.widgets.header import sessions_text
 
     live = Live(0, time_scale=60)

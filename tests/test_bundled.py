@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stress.bundled import (
+from stress.cli.main import main
+from stress.config.bundled import (
     CORPORA,
     DATA,
     SCENARIOS,
@@ -22,9 +23,8 @@ from stress.bundled import (
     find_scenario,
     scenario_names,
 )
-from stress.cli import main
-from stress.errors import ScenarioError
-from stress.scenario import load_scenario
+from stress.config.scenario import load_scenario
+from stress.core.errors import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = (

@@ -19,9 +19,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from stress.analysis.limits import EXIT_VERDICT_FAIL
-from stress.fmt import times
-from stress.record import RequestRecord
+from stress.core.fmt import times
+from stress.core.limits import EXIT_VERDICT_FAIL
+from stress.core.record import RequestRecord
 from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
 from tests.interpreter import fresh_interpreter
 
@@ -314,7 +314,7 @@ def test_missing_key_variable_is_one_line(tmp_path: Path) -> None:
 def test_internal_error_is_one_line_unless_debugging(tmp_path: Path) -> None:
     """A bug of ours must still not print a traceback at a user (STRESS_DEBUG shows it)."""
     code = (
-        "import sys, stress.cli as c\n"
+        "import sys, stress.cli.main as c\n"
         "def boom(args): raise RuntimeError('boom')\n"
         "c.cmd_validate = boom\n"
         "sys.exit(c.main(['validate', 'x']))\n"
@@ -559,7 +559,7 @@ def test_every_command_exit_code(
 ) -> None:
     """The same failure gets the same code everywhere: 0 done, 1 unusable target or run
     directory, 2 bad input; the message is one line, never a traceback."""
-    from stress.cli import main
+    from stress.cli.main import main
 
     monkeypatch.delenv("STRESS_CORPUS_ROOTS", raising=False)
     argv = line.format(s=exit_case_files, tmp=tmp_path).split()
@@ -583,7 +583,7 @@ def test_unexpected_errors_reading_a_run_are_exit_1_with_the_path(
     """Whatever the report code misses while reading damaged files is still exit 1, with
     the run directory named, not 70 (an internal error)."""
     import stress.report.cli as report_cli
-    from stress.cli import main
+    from stress.cli.main import main
 
     def damaged(args: Any) -> int:
         raise ValueError("Input is a zero-length, empty document: line 1 column 1 (char 0)")
@@ -678,7 +678,7 @@ def test_init_overwrites_no_existing_file_without_force(tmp_path: Path) -> None:
     older stress's) as it keeps an existing scenario: nothing is written, one line names the
     file and the fix; `--force` overwrites; a schema equal to this version's needs no
     --force."""
-    from stress.bundled import SCHEMA_FILE, SCHEMA_NAME
+    from stress.config.bundled import SCHEMA_FILE, SCHEMA_NAME
 
     def init(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -15,10 +15,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from stress.client import ChatClient, _check_ok
-from stress.deadlines import TimeoutPolicy
-from stress.record import RequestRecord
-from stress.sse import MAX_EVENT_BYTES
+from stress.core.record import RequestRecord
+from stress.net.client import ChatClient, _check_ok
+from stress.net.deadlines import TimeoutPolicy
+from stress.net.sse import MAX_EVENT_BYTES
 from tests.fakes import DONE, FakeServer, chunk, read_request, serve, stream, usage_chunk
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -611,7 +611,7 @@ async def test_a_failure_inside_stress_is_one_truthful_record(
     """A bug of ours, while a reply is read inside the connection's read callback or while
     the request is sent from its task: an error record blamed on stress, never a fake ok
     and never a hang; the next request on the same client is answered."""
-    from stress import http1, reply
+    from stress.net import http1, reply
 
     def broken(*args: object) -> None:
         raise RuntimeError("a bug")

@@ -17,10 +17,10 @@ import orjson
 import pytest
 from aiohttp import web
 
-from stress.client import ChatClient
-from stress.deadlines import TimeoutPolicy
-from stress.record import RequestRecord
-from stress.sse import MAX_EVENT_BYTES
+from stress.core.record import RequestRecord
+from stress.net.client import ChatClient
+from stress.net.deadlines import TimeoutPolicy
+from stress.net.sse import MAX_EVENT_BYTES
 from tests.fakes import DONE, FakeServer, chunk, serve, usage_chunk
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from stress.conversation import MESSAGE_OVERHEAD, Conversation, build_history
-from stress.corpus import Corpus
-from stress.tokens import count_tokens, get_tokenizer
+from stress.core.tokens import count_tokens, get_tokenizer
+from stress.load.conversation import MESSAGE_OVERHEAD, Conversation, build_history
+from stress.load.corpus import Corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 ASKS = ["Summarise the main points.", "What is the key argument?"]
@@ -153,8 +153,8 @@ def test_the_system_message_count_is_exact(prompt: str, cache: str) -> None:
 def test_digits_never_change_a_count() -> None:
     """What ``_marker_tokens`` relies on: every group of one to three digits is one token,
     so a marker's count depends on its shape only (the digits read as 0)."""
-    from stress.conversation import _marker_tokens
-    from stress.tokens import get_tokenizer
+    from stress.core.tokens import get_tokenizer
+    from stress.load.conversation import _marker_tokens
 
     tok = get_tokenizer()
     groups = [str(i).zfill(n) for n in (1, 2, 3) for i in range(10**n)]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from stress.corpus import TOKEN_IDS, Corpus, check_corpus, corpus_files
-from stress.errors import CorpusError
-from stress.tokens import EstimateTokenizer, count_tokens
+from stress.core.errors import CorpusError
+from stress.core.tokens import EstimateTokenizer, count_tokens
+from stress.load.corpus import TOKEN_IDS, Corpus, check_corpus, corpus_files
 
 CORPORA = Path(__file__).resolve().parents[1] / "corpora"
 
@@ -32,7 +32,7 @@ def test_root_folder_skips_readme_notice_and_licences() -> None:
 
 def test_the_corpus_encoded_on_several_threads_is_the_one_encoded_in_order() -> None:
     """The load encodes paragraphs in groups on threads; each keeps its own ids, in order."""
-    import stress.corpus as corpus_mod
+    import stress.load.corpus as corpus_mod
 
     threaded = Corpus(CORPORA)
     assert not threaded.ids_cached  # every language together: no ids file, encoded here

@@ -13,17 +13,17 @@ import orjson
 import pytest
 from aiohttp import web
 
-from stress.client import ChatClient
-from stress.corpus import Corpus, Excerpt
-from stress.deadlines import TimeoutPolicy
-from stress.engine import Engine, EngineResult
-from stress.live import Live
-from stress.record import RequestRecord
-from stress.recorder import Recorder
-from stress.reply import Reply
-from stress.run import execute
-from stress.scenario import load_scenario
-from stress.tokens import get_tokenizer
+from stress.config.scenario import load_scenario
+from stress.core.record import RequestRecord
+from stress.core.tokens import get_tokenizer
+from stress.live.state import Live
+from stress.load.corpus import Corpus, Excerpt
+from stress.load.engine import Engine, EngineResult
+from stress.net.client import ChatClient
+from stress.net.deadlines import TimeoutPolicy
+from stress.net.reply import Reply
+from stress.runtime.run import execute
+from stress.store.recorder import Recorder
 from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """``stress export RUN --csv|--parquet``: requests with the derived figures, documented.
 
-The columns come from one table (``stress.export.COLUMNS``), which docs/export.md repeats
+The columns come from one table (``stress.report.export.COLUMNS``), which docs/export.md repeats
 (generated; a test holds it equal). The values come through the one analysis layer, so an
 exported figure is the report's: a real simulator run's TTFT p95 from the CSV equals
 ``summary.json``'s.
@@ -20,9 +20,9 @@ from typing import Any
 import orjson
 import pytest
 
-from stress import export
 from stress.analysis import figures
-from stress.cli import main
+from stress.cli.main import main
+from stress.report import export
 from tests.report.synth import manifest, request, write_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,11 +47,11 @@ def _synthetic(tmp_path: Path, scale: float | None = None) -> Path:
 
 def test_docs_table_of_columns_is_generated_from_the_one_table() -> None:
     docs = (ROOT / "docs" / "export.md").read_text(encoding="utf-8")
-    marker = "python -m stress.export -->\n"
+    marker = "python -m stress.report.export -->\n"
     start = docs.index(marker) + len(marker)
     end = docs.index("<!-- end generated -->")
     assert docs[start:end] == export.columns_markdown(), (
-        "docs/export.md is out of date: regenerate its table with `python -m stress.export`"
+        "docs/export.md is out of date: regenerate its table with `python -m stress.report.export`"
     )
     names = [c.name for c in export.COLUMNS]
     assert len(names) == len(set(names))

@@ -1,4 +1,4 @@
-"""The probe's and the scrapes' requests (``stress.fetch``) against raw servers on loopback
+"""The probe's and the scrapes' requests (``stress.net.fetch``) against raw servers on loopback
 that answer, redirect, drop, cut short, stall and overflow."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import socket
 import orjson
 import pytest
 
-from stress.fetch import Fetcher, FetchError
+from stress.net.fetch import Fetcher, FetchError
 from tests.fakes import framed, raw, writes
 
 JSON = b'{"data": [{"id": "m"}]}'

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from stress import gpu_discovery
-from stress.gpu_discovery import GpuDiscovery
+from stress.runtime import gpu_discovery
+from stress.runtime.gpu_discovery import GpuDiscovery
 
 
 async def test_the_child_answers_with_a_summary() -> None:
@@ -99,8 +99,8 @@ async def test_the_run_starts_before_the_gpu_answers_and_keeps_its_answer(
     the manifest, and its warning the events, when the child answers."""
     import orjson
 
-    from stress.run import execute
-    from stress.scenario import load_scenario
+    from stress.config.scenario import load_scenario
+    from stress.runtime.run import execute
 
     found = _slow_child(tmp_path, monkeypatch, 6)
     outcome = await execute(
@@ -121,14 +121,14 @@ async def test_a_gpu_that_never_answers_is_said_at_the_end(
 ) -> None:
     import orjson
 
-    import stress.run
-    from stress.scenario import load_scenario
+    import stress.runtime.run
+    from stress.config.scenario import load_scenario
 
-    monkeypatch.setattr(stress.run, "LATE_GPU_WAIT_S", 0.2)
+    monkeypatch.setattr(stress.runtime.run, "LATE_GPU_WAIT_S", 0.2)
     found = _slow_child(tmp_path, monkeypatch, 60)
     proc = found._proc
     assert proc is not None
-    outcome = await stress.run.execute(
+    outcome = await stress.runtime.run.execute(
         load_scenario(_sim_scenario(tmp_path)), tmp_path / "out", gpu_discovery=found
     )
     manifest = orjson.loads((outcome.run_dir / "manifest.json").read_bytes())

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stress.events import RunEvent
-from stress.hangs import GatedSink, HangGate
+from stress.core.events import RunEvent
+from stress.live.hangs import GatedSink, HangGate
 
 
 def ev(kind: str, source: str, t: float = 0.0) -> RunEvent:

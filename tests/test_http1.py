@@ -1,4 +1,4 @@
-"""The chat requests' connection pool (``stress.http1``) against raw servers on loopback:
+"""The chat requests' connection pool (``stress.net.http1``) against raw servers on loopback:
 framing, interim replies, hostile heads, the limit, keep-alive and its end, TLS."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from stress.client import ChatClient
-from stress.deadlines import TimeoutPolicy
-from stress.http1 import Endpoint, request_head
-from stress.record import RequestRecord
+from stress.core.record import RequestRecord
+from stress.net.client import ChatClient
+from stress.net.deadlines import TimeoutPolicy
+from stress.net.http1 import Endpoint, request_head
 from tests.fakes import DONE, chunk, framed, raw, usage_chunk, writes
 
 POLICY = TimeoutPolicy(connect=2, first_token=3, stall=2, total=6)

@@ -14,18 +14,18 @@ import pytest
 from tests.interpreter import fresh_interpreter
 
 CORE = (
-    "stress.engine",
-    "stress.run",
-    "stress.client",
+    "stress.load.engine",
+    "stress.runtime.run",
+    "stress.net.client",
     "stress.collectors.server",
-    "stress.summary",
-    "stress.live",
-    "stress.headless",
-    "stress.tui_process",
-    "stress.cli",
-    "stress.pool",
-    "stress.worker",
-    "stress.wire",
+    "stress.report.summary",
+    "stress.live.state",
+    "stress.live.headless",
+    "stress.live.view_process",
+    "stress.cli.main",
+    "stress.runtime.pool",
+    "stress.runtime.worker",
+    "stress.store.wire",
 )
 
 
@@ -61,7 +61,7 @@ def test_the_parser_imports_no_heavy_package(argv: list[str]) -> None:
     packages that take a tenth of a second or more to import."""
     code = (
         "import sys\n"
-        "from stress.cli import build_parser\n"
+        "from stress.cli.main import build_parser\n"
         f"try:\n    build_parser({argv!r}).parse_args({argv!r})\n"
         "except SystemExit:\n    pass\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import io
 
-from stress.events import RunEvent
-from stress.headless import REQUEST_LINES, HeadlessPrinter
-from stress.live import Live
-from stress.record import RequestRecord
+from stress.core.events import RunEvent
+from stress.core.record import RequestRecord
+from stress.live.headless import REQUEST_LINES, HeadlessPrinter
+from stress.live.state import Live
 
 
 def sent(live: Live, user: int, t_start: float) -> RequestRecord:

@@ -25,9 +25,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from stress import probe_cli
-from stress.fetch import Fetcher
-from stress.probe import (
+from stress.cli import probe as probe_cli
+from stress.collectors.probe import (
     ProbeResult,
     check_scenario,
     check_users,
@@ -35,6 +34,7 @@ from stress.probe import (
     redact,
     render_probe,
 )
+from stress.net.fetch import Fetcher
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -553,7 +553,7 @@ def test_probe_never_follows_a_redirect_to_another_host() -> None:
 
 
 def test_calibration_never_follows_a_redirect() -> None:
-    from stress.calibrate import server_token_count
+    from stress.runtime.calibrate import server_token_count
 
     async def count(url: str) -> tuple[int, str] | None:
         async with Fetcher() as s:

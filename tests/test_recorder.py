@@ -19,12 +19,12 @@ from typing import Any
 import orjson
 import pytest
 
-from stress.events import RunEvent
-from stress.record import RequestRecord
-from stress.recorder import Recorder
-from stress.run import _flusher
-from stress.token_times import FILE_NAME as TOKENS_FILE
-from stress.token_times import ReadReport, read_frames
+from stress.core.events import RunEvent
+from stress.core.record import RequestRecord
+from stress.runtime.run import _flusher
+from stress.store.recorder import Recorder
+from stress.store.token_times import FILE_NAME as TOKENS_FILE
+from stress.store.token_times import ReadReport, read_frames
 
 
 @pytest.fixture
@@ -281,7 +281,7 @@ def test_a_full_batch_of_request_lines_is_written_before_the_flush(tmp_path: Pat
     """At thousands of requests a second a second of lines is megabytes: every
     ``FLUSH_LINES`` lines (and their token frames) go to disk at once, in order, and
     the once-a-second flush writes the rest and state.json."""
-    from stress.recorder import FLUSH_LINES
+    from stress.store.recorder import FLUSH_LINES
 
     rec = Recorder(tmp_path)
     n = 2 * FLUSH_LINES + 10

@@ -20,12 +20,12 @@ from typing import Any
 import orjson
 import pytest
 
-from stress.bundled import bundled_corpus
-from stress.corpus import Corpus
-from stress.errors import ScenarioError
-from stress.replay import PromptBuilder, TraceRequest, implied_reuse, load_mooncake
-from stress.scenario import load_scenario, time_scaled
-from stress.tokens import get_tokenizer
+from stress.config.bundled import bundled_corpus
+from stress.config.scenario import load_scenario, time_scaled
+from stress.core.errors import ScenarioError
+from stress.core.tokens import get_tokenizer
+from stress.load.corpus import Corpus
+from stress.load.replay import PromptBuilder, TraceRequest, implied_reuse, load_mooncake
 
 STRESS = [sys.executable, "-m", "stress"]
 TRACE = Path(__file__).resolve().parents[1] / "stress" / "data" / "traces" / "mooncake_sample.jsonl"
@@ -337,8 +337,8 @@ def test_a_prompt_build_stops_when_its_caller_stops() -> None:
 
 
 def test_trace_and_corpus_reads_stop_when_asked(tmp_path: Path) -> None:
-    from stress.errors import Interrupted
-    from stress.replay import load_trace
+    from stress.core.errors import Interrupted
+    from stress.load.replay import load_trace
 
     trace = tmp_path / "t.jsonl"
     line = '{"timestamp": 0, "input_length": 5, "output_length": 2, "hash_ids": [1]}\n'
@@ -365,7 +365,7 @@ def test_trace_and_corpus_reads_stop_when_asked(tmp_path: Path) -> None:
 def test_a_run_trace_with_a_field_of_the_wrong_type_is_one_problem(
     tmp_path: Path, record: dict[str, Any], field: str
 ) -> None:
-    from stress.replay import load_run_trace
+    from stress.load.replay import load_run_trace
 
     good = {"t_sched": 0.5, "user": 0, "conversation": 1, "phase": "main", "prompt_tokens": 9}
     rows = [good, {**good, **record}]

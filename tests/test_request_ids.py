@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from stress.engine import request_id
+from stress.load.engine import request_id
 from tests.sim.helpers import SimProcess
 
 SIM = """\

@@ -21,7 +21,7 @@ from tests.interpreter import fresh_interpreter
 ROOT = Path(__file__).resolve().parents[1]
 
 END_OF_RUN = (
-    "aiohttp",  # never in the run's process: the probe and scrapes go through stress.fetch
+    "aiohttp",  # never in the run's process: the probe and scrapes go through stress.net.fetch
     "numpy",  # the live view's percentiles, the client's health and tokens.bin need none
     "pynvml",  # the GPU pre-flight runs in a child process; the GPU collector loads it
     "matplotlib",
@@ -29,21 +29,22 @@ END_OF_RUN = (
     "stress.report.build",
     "stress.report.charts",
     "stress.analysis.analyze",
-    "stress.summary",
-    "stress.metrics_export",
+    "stress.report.summary",
+    "stress.live.metrics_export",
     "stress.tui",
     "ray",  # --ray only: a one-process or --workers run never loads it
-    "stress.ray_pool",
+    "stress.runtime.ray_pool",
 )
 
 
 def test_the_run_path_loads_no_end_of_run_module() -> None:
     code = (
         "import sys\n"
-        "from stress.cli import build_parser\n"
-        "import stress.run, stress.engine, stress.live, stress.recorder, stress.headless\n"
-        "import stress.tui_process  # the live view's own process draws; this side sends\n"
-        "from stress.tokens import get_tokenizer\n"
+        "from stress.cli.main import build_parser\n"
+        "import stress.runtime.run, stress.load.engine, stress.live.state\n"
+        "import stress.store.recorder, stress.live.headless\n"
+        "import stress.live.view_process  # the live view's own process draws; this side sends\n"
+        "from stress.core.tokens import get_tokenizer\n"
         "build_parser(['run', 'x.yaml', '--no-tui']).parse_args(['run', 'x.yaml', '--no-tui'])\n"
         "get_tokenizer()\n"
         f"print(sorted(m for m in {END_OF_RUN!r} if m in sys.modules))\n"
@@ -58,7 +59,8 @@ def test_prometheus_client_loads_at_the_first_metrics_parsed() -> None:
     request; the first body parsed loads it."""
     code = (
         "import sys\n"
-        "import stress.run, stress.probe, stress.collectors.server, stress.collectors.prometheus\n"
+        "import stress.runtime.run, stress.collectors.probe\n"
+        "import stress.collectors.server, stress.collectors.prometheus\n"
         "print('prometheus_client' in sys.modules)\n"
         "stress.collectors.prometheus.parse_metrics('# TYPE x counter\\nx_total 1\\n')\n"
         "print('prometheus_client' in sys.modules)\n"
@@ -69,7 +71,7 @@ def test_prometheus_client_loads_at_the_first_metrics_parsed() -> None:
 
 def test_the_tokenizer_keeps_no_python_copy_of_its_ranks() -> None:
     """tiktoken's Rust tables hold the ranks; the Python dict (~13 MiB) is dropped."""
-    from stress.tokens import TiktokenTokenizer, get_tokenizer
+    from stress.core.tokens import TiktokenTokenizer, get_tokenizer
 
     tok = get_tokenizer()
     assert isinstance(tok, TiktokenTokenizer)
@@ -82,7 +84,7 @@ def test_the_tokenizer_keeps_no_python_copy_of_its_ranks() -> None:
 def test_a_buffered_record_line_takes_its_own_size() -> None:
     """orjson 3.12+ rounds its output buffer up (16 KiB for a 1 KiB record) and keeps it;
     the recorder buffers up to a second of lines, so each is copied to its own size."""
-    from stress.recorder import _dumps_line
+    from stress.store.recorder import _dumps_line
 
     record = {f"field_{i}": i * 1.000001 for i in range(40)} | {"text": "x" * 300}
     size = len(_dumps_line(record))
@@ -103,7 +105,7 @@ def test_gpu_discovery_runs_in_a_child_process() -> None:
     generator: the pre-flight's GPU part answers from a child process."""
     code = (
         "import asyncio, sys\n"
-        "from stress.preflight import gpu_info\n"
+        "from stress.runtime.preflight import gpu_info\n"
         "found = asyncio.run(gpu_info())\n"
         "print(isinstance(found.get('summary'), str), 'pynvml' in sys.modules)\n"
     )
@@ -120,7 +122,7 @@ def test_the_scenario_loads_without_scanning_every_package_for_pydantic_plugins(
         "calls = []\n"
         "scan = md.entry_points\n"
         "md.entry_points = lambda *a, **k: calls.append(k) or scan(*a, **k)\n"
-        "from stress.cli import main\n"
+        "from stress.cli.main import main\n"
         "try:\n"
         "    main(['validate', 'scenarios/quickstart.yaml'])\n"
         "except SystemExit as e:\n"

@@ -20,9 +20,9 @@ import pytest
 from aiohttp import web
 
 from stress.collectors.base import Collector, RunClock
-from stress.events import RunEvent
-from stress.recorder import Recorder
-from stress.run import _run_collector
+from stress.core.events import RunEvent
+from stress.runtime.run import _run_collector
+from stress.store.recorder import Recorder
 from tests.fakes import FakeServer, chunk, ok_script, serve
 from tests.test_recorder import fill, small_disk
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stress.errors import ScenarioError
-from stress.scenario import load_scenario, with_overrides
+from stress.config.scenario import load_scenario, with_overrides
+from stress.core.errors import ScenarioError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,7 +155,7 @@ def test_phases_are_validated(tmp_path: Path) -> None:
 
 
 def test_phase_plan_inherits_and_repeats(tmp_path: Path) -> None:
-    from stress.scenario import phase_plan
+    from stress.config.scenario import phase_plan
 
     text = GOOD.format(corpus="docs") + (
         "phases: [{name: a, users: 3}, {name: b, rounds: 2, paste_tokens: [50, 60], repeat: 2}]\n"
@@ -172,7 +172,7 @@ def test_phase_plan_inherits_and_repeats(tmp_path: Path) -> None:
 
 
 def test_start_tokens_is_a_number_or_a_range(tmp_path: Path) -> None:
-    from stress.scenario import phase_plan
+    from stress.config.scenario import phase_plan
 
     text = GOOD.format(corpus="docs").replace("  turn:", "  start_tokens: 8000\n  turn:")
     conv = load_scenario(write(tmp_path, text)).scenario.conversation
@@ -368,7 +368,7 @@ def test_corpus_is_confined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert "outside" in line
     # a link inside the corpus that leads out of it is not a document
     load_scenario(write(tmp_path, GOOD.format(corpus="docs")))
-    from stress.corpus import corpus_files
+    from stress.load.corpus import corpus_files
 
     assert [p.name for p in corpus_files(tmp_path / "docs")] == ["a.txt"]
     # an outside folder is allowed when the user says so, by flag or variable
@@ -388,7 +388,7 @@ def test_shipped_scenarios_reach_the_bundled_corpora_from_anywhere(tmp_path: Pat
 
 
 def test_url_credentials_are_stripped_and_redacted(tmp_path: Path) -> None:
-    from stress.secrets import REDACTOR
+    from stress.core.secrets import REDACTOR
 
     password = 'pa:ss@w"rd-9f3'
     from urllib.parse import quote
@@ -415,7 +415,7 @@ def test_secret_headers_are_still_refused(tmp_path: Path) -> None:
 
 
 def test_an_extreme_time_scale_is_an_input_error_not_a_crash(tmp_path: Path) -> None:
-    from stress.scenario import time_scaled
+    from stress.config.scenario import time_scaled
 
     sc = load_scenario(write(tmp_path, GOOD.format(corpus="docs"))).scenario
     assert time_scaled(sc, 60).timeouts.stall == pytest.approx(2.0)

@@ -1,5 +1,5 @@
 """The scenario reference: `stress schema`, the shipped schema file and docs/scenarios.md
-are generated from stress/scenario.py and kept in sync; the schema accepts what
+are generated from stress/config/scenario.py and kept in sync; the schema accepts what
 `stress validate` accepts (the bundled scenarios, every documented example) and refuses
 what editors should flag."""
 
@@ -13,13 +13,13 @@ import jsonschema
 import pytest
 import yaml
 
-from stress import schema_doc
-from stress.bundled import SCENARIOS, SCHEMA_FILE
-from stress.cli import main
-from stress.scenario import load_scenario
+from stress.cli.main import main
+from stress.config import schema_doc
+from stress.config.bundled import SCENARIOS, SCHEMA_FILE
+from stress.config.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-REGENERATE = "regenerate them with `python -m stress.schema_doc --write`"
+REGENERATE = "regenerate them with `python -m stress.config.schema_doc --write`"
 
 BASE: dict[str, Any] = {
     "name": "t",
@@ -100,7 +100,7 @@ def _documented() -> list[schema_doc.Row]:
 
 
 def test_every_field_has_a_description_an_example_and_a_unit() -> None:
-    """A new field in stress/scenario.py needs its docstring, an example in
+    """A new field in stress/config/scenario.py needs its docstring, an example in
     ``schema_doc.EXAMPLES`` and, when it is a number, its unit in ``schema_doc.UNITS``."""
     rows = _documented()
     paths = {row.path for row in rows}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stress.errors import SecretError
-from stress.secrets import Redactor, load_api_key, safe_url
+from stress.core.errors import SecretError
+from stress.core.secrets import Redactor, load_api_key, safe_url
 
 
 def test_key_from_env_and_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,7 +80,7 @@ def test_key_with_a_line_break_is_refused(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_url_credentials_become_a_basic_header() -> None:
-    from stress.secrets import REDACTOR, split_url_credentials
+    from stress.core.secrets import REDACTOR, split_url_credentials
 
     assert split_url_credentials("http://h:1/x") == ("http://h:1/x", None)
     url, auth = split_url_credentials("https://alice:s3cret-pw%40x@h:8443/p")
@@ -130,7 +130,7 @@ def test_key_files_that_are_devices_fifos_or_huge_are_refused_unopened(tmp_path:
     import os
     import time
 
-    from stress.secrets import MAX_KEY_FILE_BYTES, key_file_problem
+    from stress.core.secrets import MAX_KEY_FILE_BYTES, key_file_problem
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -169,7 +169,7 @@ def test_keys_that_are_ordinary_text_or_padded_are_refused(
 def test_a_workers_redactor_is_built_from_the_header_it_is_sent() -> None:
     import base64
 
-    from stress.secrets import REDACTOR, redact_auth_header
+    from stress.core.secrets import REDACTOR, redact_auth_header
 
     redact_auth_header("Bearer sk-worker-unit-9Qx71")
     token = base64.b64encode(b"alice:pw-worker-unit-4Rt").decode()

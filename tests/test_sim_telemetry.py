@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from stress.analysis.runfiles import read_jsonl_counted
-from stress.run import execute
-from stress.scenario import load_scenario
+from stress.config.scenario import load_scenario
+from stress.runtime.run import execute
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from stress.sse import MAX_EVENT_BYTES, SSEError, SSEParser
+from stress.net.sse import MAX_EVENT_BYTES, SSEError, SSEParser
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams"
 

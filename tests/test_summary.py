@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from stress.errors import RunDirError
-from stress.summary import build_summary, render_summary
+from stress.core.errors import RunDirError
+from stress.report.summary import build_summary, render_summary
 
 BASE: dict[str, Any] = {
     "user": 0,

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from stress.analysis.analyze import analyze
-from stress.token_times import ReadReport, read_frames
+from stress.store.token_times import ReadReport, read_frames
 from tests.sim.helpers import SimProcess
 
 SCENARIO = """\
@@ -137,7 +137,7 @@ def test_a_frame_is_the_float32_gaps_numpy_would_write() -> None:
     import random
     from array import array
 
-    from stress.token_times import _HEAD, encode_frame
+    from stress.store.token_times import _HEAD, encode_frame
 
     rng = random.Random(3)
     for n, ttft in ((0, None), (1, 0.25), (2, None), (300, 1.5)):

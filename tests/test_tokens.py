@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from stress.tokens import EstimateTokenizer, TiktokenTokenizer, get_tokenizer
+from stress.core.tokens import EstimateTokenizer, TiktokenTokenizer, get_tokenizer
 
 
 def test_shipped_cl100k_works_offline_with_known_counts() -> None:
@@ -21,7 +21,7 @@ def test_the_shipped_file_ranks_its_tokens_by_line() -> None:
     import hashlib
     from importlib import resources
 
-    from stress.tokens import CL100K_SHA256
+    from stress.core.tokens import CL100K_SHA256
 
     data = resources.files("stress").joinpath("data/cl100k_base.tiktoken").read_bytes()
     assert hashlib.sha256(data).hexdigest() == CL100K_SHA256
@@ -37,7 +37,7 @@ def test_no_network_needed() -> None:
         "import socket\n"
         "def no(*a, **k): raise OSError('network used')\n"
         "socket.socket.connect = no\nsocket.create_connection = no\n"
-        "from stress.tokens import get_tokenizer\n"
+        "from stress.core.tokens import get_tokenizer\n"
         "print(get_tokenizer().name)"
     )
     out = subprocess.run(
@@ -62,7 +62,7 @@ def test_long_texts_are_estimated_from_samples_within_a_few_percent() -> None:
     EXACT_COUNT_CHARS the count comes from samples, close to the exact count on prose."""
     from pathlib import Path
 
-    from stress.tokens import EXACT_COUNT_CHARS, count_tokens, get_tokenizer
+    from stress.core.tokens import EXACT_COUNT_CHARS, count_tokens, get_tokenizer
 
     corpus = Path(__file__).resolve().parents[1] / "corpora" / "en"
     text = "\n\n".join(p.read_text() for p in sorted(corpus.glob("*"))[:6])

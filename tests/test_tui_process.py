@@ -13,11 +13,10 @@ import time
 
 import pytest
 
-from stress.events import RunEvent
-from stress.live import Live, Snapshot
-from stress.record import RequestRecord
-from stress.tui.feed import PENDING as FEED_PENDING
-from stress.tui_process import (
+from stress.core.events import RunEvent
+from stress.core.record import RequestRecord
+from stress.live.state import Live, Snapshot
+from stress.live.view_process import (
     PENDING,
     TICK_BUDGET,
     Frames,
@@ -26,6 +25,7 @@ from stress.tui_process import (
     frame,
     parse_rows,
 )
+from stress.tui.feed import PENDING as FEED_PENDING
 from tests.tui.data import HEADER, snapshot
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 import pytest
 
-from stress.bundled import CORPORA, SCENARIOS, scenario_names
+from stress.config.bundled import CORPORA, SCENARIOS, scenario_names
 from tests.terminal import Terminal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +144,7 @@ def test_the_installed_wheel_runs_its_own_soak_from_an_empty_directory(
     work = tmp_path / "empty"
     work.mkdir()
     where = _sh(
-        [python, "-c", "import stress.bundled as b; print(b.SCENARIOS); print(b.CORPORA)"],
+        [python, "-c", "import stress.config.bundled as b; print(b.SCENARIOS); print(b.CORPORA)"],
         COMMAND_S,
         cwd=work,
         env=env,
@@ -152,7 +152,9 @@ def test_the_installed_wheel_runs_its_own_soak_from_an_empty_directory(
     assert where == [str(site / "stress/data/scenarios"), str(site / "stress/data/corpora")]
     assert str(SCENARIOS) not in where  # not the repository's
     # the installed corpora's token ids are read, not encoded, on the way to a first request
-    cached = "from stress.corpus import BUNDLED, Corpus; print(Corpus(BUNDLED / 'en').ids_cached)"
+    cached = (
+        "from stress.load.corpus import BUNDLED, Corpus; print(Corpus(BUNDLED / 'en').ids_cached)"
+    )
     assert _sh([python, "-c", cached], COMMAND_S, cwd=work, env=env).stdout.strip() == "True"
 
     listed = _sh([stress, "scenarios"], COMMAND_S, cwd=work, env=env).stdout

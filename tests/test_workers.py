@@ -317,7 +317,7 @@ def test_workers_are_refused_for_open_loop_scenarios(tmp_path: Path, flags: list
 
 @pytest.mark.parametrize(("users", "cpus", "want"), [(600, 2, 1), (600, 16, 3), (2, 16, 1)])
 def test_workers_auto_rule(users: int, cpus: int, want: int) -> None:
-    from stress.scenario import Scenario, worker_count
+    from stress.config.scenario import Scenario, worker_count
 
     sc = Scenario.model_validate(
         {
@@ -332,8 +332,8 @@ def test_workers_auto_rule(users: int, cpus: int, want: int) -> None:
 
 
 def test_the_live_view_names_the_busiest_and_the_dead_worker() -> None:
-    from stress.headless import workers_text
-    from stress.live import Live
+    from stress.live.headless import workers_text
+    from stress.live.state import Live
     from stress.tui.widgets.header import workers_part
 
     live = Live(3)
@@ -469,10 +469,10 @@ def test_a_workers_frames_carry_no_key_the_server_echoed() -> None:
     import html
     import json
 
-    from stress.events import RunEvent
-    from stress.record import RequestRecord
-    from stress.wire import frame
-    from stress.worker import Outbox, _register_secrets
+    from stress.core.events import RunEvent
+    from stress.core.record import RequestRecord
+    from stress.runtime.worker import Outbox, _register_secrets
+    from stress.store.wire import frame
 
     key = 'sk-frame-"test"\\key-8Hq2'  # built at run time, like the reliability suite's
     echoed = f"bad key {key} / {json.dumps(key)} / {html.escape(key)}"

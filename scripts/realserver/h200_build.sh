@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,uuid,pci.bus_id,driver_version,power.limit,clocks.ma
 python3 --version
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target build/realserver/site .realserver/a/whl/*.whl
-PYTHONPATH=build/realserver/site:. python3 -c "import stress.run, stress.collectors.gpu; print('stress imports ok')"
+PYTHONPATH=build/realserver/site:. python3 -c "import stress.runtime.run, stress.collectors.gpu; print('stress imports ok')"
 cp .realserver/a/model.part00 "$W/"
 command -v curl || echo "NO CURL"
 # smoke: the stress CLI against its own simulator, while the server builds

@@ -78,7 +78,7 @@ build() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$W/site" .realserver/a/whl/*.whl || exit 1
     rm -rf "$W/src"; cp -r .realserver/a/src "$W/src"
-    python3 -c "import stress.run, stress.collectors.gpu, gguf; print('imports ok', stress.__file__)" || exit 1
+    python3 -c "import stress.runtime.run, stress.collectors.gpu, gguf; print('imports ok', stress.__file__)" || exit 1
     # the model, on CPU while the server builds: 28 layers x 3072, 24 heads (8 KV), FFN 8192
     ( python3 .realserver/a/gpu_bigmodel.py .realserver/a/vocab.gguf "$W/model3b.gguf" \
         >"$W/model.log" 2>&1; echo "model exit $?" >>"$W/model.log" ) &

@@ -7,7 +7,7 @@ The flow, in one direction::
                   --figures / judge / capacity / causes--> the figures, the verdict,
                                 the capacity answer and its named causes
                   --itl (+ tokens.bin)--> ITL, TPOT, goodput on TTFT and ITL
-    --> renderers: summary.json and the end-of-run terminal summary (stress.summary), the
+    --> renderers: summary.json and the end-of-run terminal summary (stress.report.summary), the
         report (stress.report), ``stress ls``, ``stress compare``, the TUI badge.
 
 Each figure, rule and verdict is decided here once; renderers only format what they get.

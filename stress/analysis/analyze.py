@@ -1,7 +1,7 @@
 """One analysis of one run: read the files once, decide every figure, verdict and answer.
 
 ``analyze(run_dir)`` is the single pipeline every output starts from: ``summary.json`` and
-the end-of-run terminal summary (``stress.summary``), the report (``stress.report``),
+the end-of-run terminal summary (``stress.report.summary``), the report (``stress.report``),
 ``stress ls`` and ``stress compare``. None of them re-reads the files or re-decides a
 figure, so they cannot disagree.
 """

@@ -2,7 +2,7 @@
 
 Read from the run directory alone: every arrival ends in one ``session_ended`` event
 (admitted or not, with its arrival, admission and end times) and the arrival process's
-``arrivals_ended`` event gives the window it ran (stress.events). The event times inside
+``arrivals_ended`` event gives the window it ran (stress.core.events). The event times inside
 ``data`` are on the run's wall clock; they are converted to the run's one clock here (a
 time-scaled simulator run: simulated seconds), like everything else the analysis reads.
 """

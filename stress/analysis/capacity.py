@@ -37,10 +37,10 @@ from stress.analysis.arrivals import open_load
 from stress.analysis.causes import Cause, conv_len, name_causes, working_set
 from stress.analysis.figures import Record
 from stress.analysis.judge import SloCheck, slo_checks
-from stress.analysis.limits import MIN_SAMPLES
 from stress.analysis.rundata import RunData, end_time
 from stress.analysis.stats import percentile_interval
-from stress.fmt import num, tokens
+from stress.core.fmt import num, tokens
+from stress.core.limits import MIN_SAMPLES
 
 BucketStatus = Literal["MET", "MISSED", "NOT ENOUGH DATA", "NO SLO"]
 RETENTION_FLOOR = 0.9

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from stress.analysis import figures
 from stress.analysis.rundata import Record, RunData, end_time
-from stress.fmt import num, pct, tokens
+from stress.core.fmt import num, pct, tokens
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -1,6 +1,6 @@
 """Token timing: ITL and TPOT distributions, and goodput on TTFT and ITL together.
 
-Read from ``tokens.bin`` (``stress.token_times``: every text chunk's receive time, per
+Read from ``tokens.bin`` (``stress.store.token_times``: every text chunk's receive time, per
 request) joined to ``requests.jsonl`` by ``request_id``. The figures and their
 populations are defined in ``stress.analysis.figures.FIGURES`` (ITL, ITL per request,
 TPOT, goodput (TTFT + ITL)); this module computes them, once per run, for
@@ -36,7 +36,7 @@ from stress.analysis.figures import Record
 from stress.analysis.loghist import LogHistogram
 from stress.analysis.rundata import RunData
 from stress.analysis.stats import describe
-from stress.token_times import FILE_NAME, ReadReport, read_frames
+from stress.store.token_times import FILE_NAME, ReadReport, read_frames
 
 ITL_QUANTILES = (50, 95)
 """Per request: the percentiles of its own gaps that are kept."""

@@ -19,7 +19,7 @@ Grades, worst wins:
   (fewer than ``MIN_SAMPLES`` requests);
 - PASS: none of these.
 
-The exit code of ``stress run`` follows the grade (``stress.analysis.limits.exit_code``).
+The exit code of ``stress run`` follows the grade (``stress.core.limits.exit_code``).
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from typing import Any, Literal
 
 from stress.analysis import figures
 from stress.analysis.checks import accounting_text, health_warnings, level_of, warnings_for
-from stress.analysis.limits import DEFAULT_ERROR_RATE, MIN_SAMPLES, SLO_FAIL_FACTOR
 from stress.analysis.rows import EventRow, RequestRow
 from stress.analysis.rundata import RunData
 from stress.analysis.stats import describe, percentile_interval
-from stress.fmt import num, times
-from stress.record import CANCEL_CAUSES
+from stress.core.fmt import num, times
+from stress.core.limits import DEFAULT_ERROR_RATE, MIN_SAMPLES, SLO_FAIL_FACTOR
+from stress.core.record import CANCEL_CAUSES
 
 HW_KINDS = ("xid", "aer", "ecc", "ecc_dbe", "ecc_uncorrected", "gpu_lost", "gpu_unavailable")
 
@@ -52,7 +52,7 @@ ERROR_HINTS = {
 
 
 USER_CANCELS = frozenset({"interrupt", "interrupt_drain"})
-"""Cancellation causes that are the user's choice (``stress.record.CANCEL_CAUSES``)."""
+"""Cancellation causes that are the user's choice (``stress.core.record.CANCEL_CAUSES``)."""
 CANCEL_WHY: dict[str, str] = {
     **{str(k): v for k, v in CANCEL_CAUSES.items()},
     "unrecorded": "for a cause not recorded",

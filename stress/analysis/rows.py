@@ -1,6 +1,6 @@
 """The typed read model of a run directory's lines: what every reader gets.
 
-``requests.jsonl`` lines are written from :class:`stress.record.RequestRecord`; readers get
+``requests.jsonl`` lines are written from :class:`stress.core.record.RequestRecord`; readers get
 them back as :class:`RequestRow`, a ``TypedDict`` with the same fields (a test holds the
 two equal), so mypy rejects a reader that asks for a field that does not exist or was
 renamed, where ``dict[str, Any]`` let it break silently. Rows stay plain dicts at run
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from stress.record import CancelCause, ErrorClass, Outcome
+from stress.core.record import CancelCause, ErrorClass, Outcome
 
 
 class RequestRow(TypedDict, total=False):
-    """One line of ``requests.jsonl`` as read (fields: ``stress.record.RequestRecord``)."""
+    """One line of ``requests.jsonl`` as read (fields: ``stress.core.record.RequestRecord``)."""
 
     schema_version: int
     user: int
@@ -76,7 +76,7 @@ class RequestRow(TypedDict, total=False):
 
 
 class EventRow(TypedDict, total=False):
-    """One line of ``events.jsonl`` as read (fields: ``stress.events.RunEvent``)."""
+    """One line of ``events.jsonl`` as read (fields: ``stress.core.events.RunEvent``)."""
 
     t: float
     kind: str

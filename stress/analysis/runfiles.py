@@ -22,8 +22,8 @@ from typing import Any, TypeGuard, cast, overload
 import orjson
 
 from stress.analysis.rows import EventRow, RequestRow
-from stress.errors import RunDirError
-from stress.record import OUTCOMES, SCHEMA_VERSION
+from stress.core.errors import RunDirError
+from stress.core.record import OUTCOMES, SCHEMA_VERSION
 
 Record = dict[str, Any]
 

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from stress.events import RunEvent
+from stress.core.events import RunEvent
 
 
 class Sink(Protocol):

@@ -46,7 +46,7 @@ from typing import Any, Literal
 import psutil  # type: ignore[import-untyped]  # ships no stubs
 
 from stress.collectors.base import Collector, RunClock, Sink
-from stress.events import RunEvent
+from stress.core.events import RunEvent
 
 # probe-lag histogram: 0.01 ms .. ~100 s, 20 buckets per decade (bucket width ~12 %)
 _EDGES_MS = [10 ** (-2 + i / 20) for i in range(141)]

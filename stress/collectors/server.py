@@ -40,8 +40,8 @@ from stress.collectors.prometheus import (
     normalize_base_url,
     parse_metrics,
 )
-from stress.events import RunEvent, Severity
-from stress.fetch import Fetcher, FetchError
+from stress.core.events import RunEvent, Severity
+from stress.net.fetch import Fetcher, FetchError
 
 _MAX_ERROR_EVENTS = 20
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from stress.scenario import Scenario, phase_plan, time_scaled, worker_count
+from stress.config.scenario import Scenario, phase_plan, time_scaled, worker_count
 
 CONNECTION_HEADROOM = 4
 """Connections over the peak: a user's re-send on a fresh connection (a pooled one the

@@ -22,8 +22,8 @@ from stress.analysis import figures
 from stress.analysis.analyze import analyze
 from stress.analysis.capacity import Bucket, CapacityAnswer, within
 from stress.analysis.judge import SloCheck
-from stress.errors import RunDirError, StressError
-from stress.fmt import num, pct, times, tokens
+from stress.core.errors import RunDirError, StressError
+from stress.core.fmt import num, pct, times, tokens
 from stress.report.headline import aggregate_tok_s
 from stress.report.model import SORT_KEYS
 

@@ -15,7 +15,7 @@ import numpy as np
 from stress.analysis import figures
 from stress.analysis.analyze import Analysis, analyze
 from stress.analysis.rundata import RunData
-from stress.fmt import num, pct
+from stress.core.fmt import num, pct
 from stress.report.capacity import capacity_section
 from stress.report.fingerprint import fingerprint
 from stress.report.headline import DEFINITIONS, headline_table
@@ -149,9 +149,9 @@ def make_report(run_dir: Path, charts: bool = True, analysis: Analysis | None = 
 
 def build_report(run_dir: Path, analysis: Analysis | None = None) -> tuple[Report, Path, Path]:
     """Build the report and write ``report.md`` and ``report.html`` into the run dir."""
+    from stress.core.secrets import REDACTOR
     from stress.report.render_html import render_html
     from stress.report.render_md import render_md
-    from stress.secrets import REDACTOR
 
     report = make_report(run_dir, analysis=analysis)
     md_path = run_dir / "report.md"

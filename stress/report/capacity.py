@@ -18,8 +18,8 @@ from stress.analysis.capacity import (
     Limits,
     first_turn_note,
 )
-from stress.analysis.limits import MIN_SAMPLES
-from stress.fmt import num, pct, times, tokens
+from stress.core.fmt import num, pct, times, tokens
+from stress.core.limits import MIN_SAMPLES
 from stress.report.model import Section, Table
 
 

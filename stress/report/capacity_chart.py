@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from stress.analysis.capacity import Bucket, CapacityAnswer, Limits
-from stress.analysis.limits import MIN_SAMPLES
+from stress.core.limits import MIN_SAMPLES
 from stress.report.charts import _plt, to_svg
 from stress.report.model import Chart
 

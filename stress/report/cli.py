@@ -11,8 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from stress.errors import RunDirError, StressError
-from stress.secrets import REDACTOR
+from stress.core.errors import RunDirError, StressError
+from stress.core.secrets import REDACTOR
 
 
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,7 +22,7 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 def report_main(args: argparse.Namespace) -> int:
     from stress.analysis.analyze import analyze
     from stress.report.build import build_report, terminal_headline
-    from stress.summary import build_summary
+    from stress.report.summary import build_summary
 
     run_dir = Path(args.run_dir)
     if (run_dir / "capacity.json").is_file() and not (run_dir / "manifest.json").exists():

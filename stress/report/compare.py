@@ -27,7 +27,7 @@ from stress.analysis.stats import (
     describe,
     welch,
 )
-from stress.fmt import num, pct
+from stress.core.fmt import num, pct
 from stress.report.archive import slo_cell, within_cell
 from stress.report.fingerprint import diff, fingerprint, group_key, server_unchanged
 from stress.report.headline import PER_REQUEST, aggregate_tok_s, values

@@ -15,7 +15,7 @@ import numpy as np
 from stress.analysis import figures
 from stress.analysis.rundata import Record, RunData
 from stress.analysis.stats import Describe, describe
-from stress.fmt import mean_sd, num
+from stress.core.fmt import mean_sd, num
 from stress.report.model import Table
 
 #: (record field, label, unit)

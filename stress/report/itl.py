@@ -11,7 +11,7 @@ from __future__ import annotations
 from stress.analysis.itl import Group, TokenTiming
 from stress.analysis.loghist import LogHistogram
 from stress.analysis.stats import describe
-from stress.fmt import num, pct
+from stress.core.fmt import num, pct
 from stress.report.model import Section, Table
 
 MS = 1000.0

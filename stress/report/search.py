@@ -18,11 +18,11 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from stress.fmt import times, tokens
+from stress.core.fmt import times, tokens
+from stress.core.secrets import REDACTOR
 from stress.report.model import Table
 from stress.report.render_html import CSS, table_html
 from stress.report.render_md import table_md
-from stress.secrets import REDACTOR
 
 MAP_CSS = (
     "td.MET{background:#eefbea}td.MISSED{background:#fdeceb}td.NOT{background:#fff8e6}"
@@ -232,7 +232,7 @@ def _replace(path: Path, text: str) -> None:
 def rebuild_search_report(root: Path, doc: dict[str, Any]) -> tuple[Path, Path]:
     """``stress report SEARCH_DIR``: capacity.md and capacity.html from capacity.json, and
     capacity.json itself when the search turns out to have been killed."""
-    from stress.recorder import write_json
+    from stress.store.recorder import write_json
 
     state = doc.get("state")
     doc = rebuilt(doc)

@@ -14,7 +14,7 @@ from stress.analysis import figures
 from stress.analysis.judge import tally
 from stress.analysis.rundata import Record, RunData
 from stress.analysis.stats import describe
-from stress.fmt import mean_sd, num, pct, tokens
+from stress.core.fmt import mean_sd, num, pct, tokens
 from stress.report.headline import values
 from stress.report.model import Table
 

@@ -5,6 +5,6 @@
 - :mod:`stress.search.runner`: a step's scenario, its judgement with the one analysis
   (``stress.analysis``), and the search's texts and capacity.json;
 - :mod:`stress.search.session`: the search as it runs, each pass an ordinary run
-  (``stress.run.execute``), and how it ends (Ctrl-C, a server gone);
+  (``stress.runtime.run.execute``), and how it ends (Ctrl-C, a server gone);
 - :mod:`stress.search.plan`: its expected duration, from its settings, before it starts.
 """

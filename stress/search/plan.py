@@ -15,8 +15,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stress.durations import format_duration
-from stress.scenario import LoadedScenario, Scenario, SearchSpec, ThinkTime
+from stress.config.scenario import LoadedScenario, Scenario, SearchSpec, ThinkTime
+from stress.core.durations import format_duration
 from stress.search.steps import Search, most_cost
 
 PASS_OVERHEAD_S = 5.0
@@ -45,7 +45,7 @@ def sim_settings(sc: Scenario) -> tuple[float, int | None, float | None]:
     None) for a real server."""
     if sc.target.url != "sim":
         return 1.0, None, None
-    from stress.sim.config import SimConfig
+    from stress.config.sim import SimConfig
 
     cfg = SimConfig.model_validate(sc.target.sim)
     return cfg.time_scale, cfg.reply_tokens_max + cfg.reasoning_tokens, cfg.decode_tokens_per_s

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from stress.fmt import times, tokens
-from stress.scenario import LoadedScenario, Scenario, SearchSpec, with_overrides
+from stress.config.scenario import LoadedScenario, Scenario, SearchSpec, with_overrides
+from stress.core.fmt import times, tokens
 from stress.search.steps import Search, Step
 
 HEALTH_STOPS = frozenset({"hangs"})
@@ -156,7 +156,7 @@ def judge_step(step: Step, summaries: list[dict[str, Any]]) -> None:
 
 
 RunStep = Callable[[LoadedScenario, Path, str], Awaitable[Any]]
-"""Runs one pass (``stress.run.execute`` in production) and returns its ``RunOutcome``;
+"""Runs one pass (``stress.runtime.run.execute`` in production) and returns its ``RunOutcome``;
 the string says where the search stands, for the live view's header."""
 
 

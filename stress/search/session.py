@@ -1,6 +1,6 @@
 """A capacity search as it runs: its rows, its passes, and how it ends.
 
-The search holds SIGINT and SIGTERM for its whole life (``stress.run.SIGNALS``); each
+The search holds SIGINT and SIGTERM for its whole life (``stress.core.signals.SIGNALS``); each
 pass takes them while its engine runs. So the first Ctrl-C, wherever it lands, stops the
 search once the pass in flight is drained and recorded (a pass still preparing stops as
 it starts); a second one cancels that pass. A pass against a server that no longer takes
@@ -22,13 +22,12 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from stress.analysis.limits import EXIT_VERDICT_FAIL
-from stress.errors import TargetError
-from stress.fmt import tokens
-from stress.recorder import new_run_dir, write_json
+from stress.config.scenario import LoadedScenario, Scenario, SearchSpec
+from stress.core.errors import TargetError
+from stress.core.fmt import tokens
+from stress.core.limits import EXIT_VERDICT_FAIL
+from stress.core.signals import SIGNALS
 from stress.report.search import settle, write_search_report
-from stress.run import SIGNALS
-from stress.scenario import LoadedScenario, Scenario, SearchSpec
 from stress.search.plan import estimate
 from stress.search.runner import (
     Progress,
@@ -50,6 +49,7 @@ from stress.search.runner import (
     stop_text,
 )
 from stress.search.steps import Search, Step
+from stress.store.recorder import new_run_dir, write_json
 
 State = Literal["running", "finished", "interrupted", "server lost", "failed"]
 EXIT_INTERRUPTED = 130

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stress.sim.config import FaultRule, SimConfig
+    from stress.config.sim import FaultRule, SimConfig
     from stress.sim.server import RunningSim, start_sim
 
 __all__ = ["FaultRule", "RunningSim", "SimConfig", "start_sim"]
@@ -19,7 +19,7 @@ __all__ = ["FaultRule", "RunningSim", "SimConfig", "start_sim"]
 def __getattr__(name: str) -> Any:
     # Lazy: `stress --help` finds `stress.sim.cli` without loading aiohttp and pydantic.
     if name in ("FaultRule", "SimConfig"):
-        from stress.sim import config
+        from stress.config import sim as config
 
         return getattr(config, name)
     if name in ("RunningSim", "start_sim"):

@@ -1,6 +1,6 @@
 """``stress sim``: run the simulator as a standalone server until Ctrl-C.
 
-The lead's ``stress/cli.py`` registers the sub-command with ``add_arguments`` and calls
+The lead's ``stress/cli/main.py`` registers the sub-command with ``add_arguments`` and calls
 ``main``. Flags cover the main knobs; ``--config FILE`` (YAML of SimConfig fields, faults
 included) covers the rest, and flags given on the command line win over the file.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from stress.sim.config import SimConfig, SimConfigError, format_validation_error, load_config_file
+from stress.config.sim import SimConfig, SimConfigError, format_validation_error, load_config_file
 from stress.sim.server import start_sim
 
 # flag dest -> SimConfig field

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from stress.sim.config import SimConfig
+from stress.config.sim import SimConfig
 from stress.sim.scheduler import Engine, Seq
 
 VERSION = {"vllm": "0.33.0", "sglang": "0.5.23", "llamacpp": "b1-sim"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from stress.sim.config import FaultRule
+from stress.config.sim import FaultRule
 
 # Faults that strike inside a response, after ``after_tokens`` generated tokens.
 MID_STREAM = frozenset({"reset", "stall", "malformed_chunk", "no_done", "huge_chunk"})

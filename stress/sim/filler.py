@@ -12,7 +12,7 @@ import functools
 import random
 from dataclasses import dataclass
 
-from stress.tokens import get_tokenizer
+from stress.core.tokens import get_tokenizer
 
 _WORDS = [
     "the",

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import orjson
 
-from stress.errors import TargetError
-from stress.sim.config import SimConfig
+from stress.config.sim import SimConfig
+from stress.core.errors import TargetError
 
 READY = re.compile(r" at (http://[0-9.]+:[0-9]+) ")
 START_TIMEOUT_S = 120.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from stress.tokens import get_tokenizer
+from stress.core.tokens import get_tokenizer
 
 IM_START = 100264
 IM_END = 100265

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from stress.sim.config import SimConfig
+from stress.config.sim import SimConfig
 from stress.sim.kv import ROOT_HASH, KVPool
 from stress.sim.speed import SpeedModel
 

@@ -22,8 +22,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from stress.config.sim import FaultRule, SimConfig
 from stress.sim import dialects
-from stress.sim.config import FaultRule, SimConfig
 from stress.sim.faults import MID_STREAM, FaultPlan
 from stress.sim.filler import make_reply
 from stress.sim.gpus import SimGpus

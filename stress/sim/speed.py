@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stress.sim.config import SimConfig
+from stress.config.sim import SimConfig
 
 
 @dataclass(frozen=True, slots=True)

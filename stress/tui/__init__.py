@@ -1,6 +1,6 @@
 """The live terminal UI (Textual). The only package in ``stress`` that imports Textual.
 
-The engine, collectors and report never import this; ``stress.run`` does, lazily, when the
+The engine, collectors and report never import this; ``stress.runtime.run`` does, lazily, when the
 run is attached to a terminal. See docs/tui.md.
 """
 

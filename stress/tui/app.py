@@ -17,7 +17,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Static
 
-from stress.live import Snapshot
+from stress.live.state import Snapshot
+from stress.live.view_process import TICK_S
 from stress.tui.feed import Feed
 from stress.tui.format import gpu_cards
 from stress.tui.widgets.cards import CardsTable
@@ -28,7 +29,6 @@ from stress.tui.widgets.help import HelpScreen
 from stress.tui.widgets.server import ServerPanel
 from stress.tui.widgets.sparks import Sparks
 from stress.tui.widgets.users import UsersTable
-from stress.tui_process import TICK_S
 
 
 class StressApp(App[None]):

@@ -1,6 +1,6 @@
 """``python -m stress.tui.child DOWN_FD UP_FD [--headless WxH]``: the live view's process.
 
-Started by ``stress.tui_process.TuiProcess`` with the run's terminal. It reads the run's
+Started by ``stress.live.view_process.TuiProcess`` with the run's terminal. It reads the run's
 header and then its snapshots (pickled, length-framed) from ``DOWN_FD``, renders each one
 as it arrives with ``TuiSink``, and writes one line per message to ``UP_FD``: ``ready``
 when the first screen is up, ``quit`` and ``cancel`` for the keys that stop the run,
@@ -21,10 +21,10 @@ import signal
 import sys
 from typing import IO, Any
 
-from stress.events import RunEvent
-from stress.live import Snapshot
+from stress.core.events import RunEvent
+from stress.live.state import Snapshot
+from stress.live.view_process import Frames, Ticks
 from stress.tui.sink import TuiSink
-from stress.tui_process import Frames, Ticks
 
 _IDLE_TICK_S = 3600.0
 """The app's own timer: it repaints when a snapshot arrives, not on a clock."""

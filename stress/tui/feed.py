@@ -25,8 +25,8 @@ from typing import Any
 from rich.text import Text
 
 from stress.analysis.runfiles import sim_seconds
-from stress.events import RunEvent
-from stress.live import REQUEST_EVENT_KINDS, Snapshot
+from stress.core.events import RunEvent
+from stress.live.state import REQUEST_EVENT_KINDS, Snapshot
 from stress.tui.format import gpu_cards, total_power
 from stress.tui.verdict import HARDWARE_KINDS, Verdict, judge
 from stress.tui.widgets.events import event_text, message_text
@@ -142,7 +142,7 @@ class Feed:
 
     def show_rows(self, rows: tuple[int, int] | None) -> None:
         """The users' rows on screen (first, count) changed (None: every row is wanted):
-        the run sends only those (``stress.tui_process``)."""
+        the run sends only those (``stress.live.view_process``)."""
         if self._on_rows is not None:
             self._on_rows(rows)
 

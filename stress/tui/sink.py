@@ -1,4 +1,4 @@
-"""``TuiSink``: the UI sink ``stress.run`` uses when stdout is a terminal.
+"""``TuiSink``: the UI sink ``stress.runtime.run`` uses when stdout is a terminal.
 
 It runs the Textual app on the run's own event loop until the run ends, then exits the app
 so the terminal is restored before the summary is printed. The UI can never cost the run:
@@ -14,16 +14,16 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from stress.events import RunEvent
-from stress.headless import HeadlessPrinter, fallback_printer
-from stress.live import Snapshot
+from stress.core.events import RunEvent
+from stress.live.headless import HeadlessPrinter, fallback_printer
+from stress.live.state import Snapshot
+from stress.live.view_process import TICK_S
 from stress.tui.app import StressApp
 from stress.tui.feed import Feed
-from stress.tui_process import TICK_S
 
 
 class TuiSink:
-    """Satisfies ``stress.headless.UiSink``.
+    """Satisfies ``stress.live.headless.UiSink``.
 
     ``headless`` and ``size`` exist for tests and benchmarks: the app then renders into a
     virtual screen of that size; ``on_app`` is called with the app before it starts.

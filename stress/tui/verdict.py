@@ -23,8 +23,8 @@ from stress.analysis.judge import (
     health_findings,
     slo_limit,
 )
-from stress.analysis.limits import DEFAULT_ERROR_RATE
-from stress.live import Snapshot
+from stress.core.limits import DEFAULT_ERROR_RATE
+from stress.live.state import Snapshot
 from stress.tui.format import gpu_cards, num
 
 Level = Literal["ok", "warn", "bad"]

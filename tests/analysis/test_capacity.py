@@ -17,8 +17,8 @@ from stress.analysis.capacity import (
     within,
 )
 from stress.analysis.causes import working_set
-from stress.analysis.limits import MIN_SAMPLES
 from stress.analysis.rundata import load_run
+from stress.core.limits import MIN_SAMPLES
 from stress.report.capacity import capacity_section
 from tests.report.synth import manifest, request, write_run
 

@@ -14,15 +14,15 @@ import pytest
 
 from stress.analysis import figures
 from stress.analysis.analyze import analyze
-from stress.fmt import times
-from stress.live import Live, Snapshot
-from stress.record import RequestRecord
+from stress.core.fmt import times
+from stress.core.record import RequestRecord
+from stress.live.state import Live, Snapshot
 from stress.report.archive import row_for
 from stress.report.build import make_report
 from stress.report.capacity import capacity_section
 from stress.report.compare import compare
 from stress.report.model import Report, Table
-from stress.summary import build_summary
+from stress.report.summary import build_summary
 from stress.tui.verdict import judge
 from tests.report.synth import gpu_records, manifest, request, write_run
 
@@ -189,9 +189,9 @@ async def test_every_output_shows_the_same_figures(
     summary.json, the report (both renderings), ``stress ls``, ``stress compare`` and the
     live view's last snapshot with its TUI badge agree on the verdict, the SLO grade and
     its factor, the capacity answer, TTFT p95, retention and output tokens."""
-    import stress.run
-    from stress.run import execute
-    from stress.scenario import load_scenario
+    import stress.runtime.run
+    from stress.config.scenario import load_scenario
+    from stress.runtime.run import execute
 
     lives: list[Live] = []
 
@@ -200,7 +200,7 @@ async def test_every_output_shows_the_same_figures(
             super().__init__(n_users, time_scale)
             lives.append(self)
 
-    monkeypatch.setattr(stress.run, "Live", KeptLive)
+    monkeypatch.setattr(stress.runtime.run, "Live", KeptLive)
     p = tmp_path / "s.yaml"
     p.write_text(f"""\
 name: one_place

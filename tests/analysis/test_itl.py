@@ -17,8 +17,8 @@ from stress.analysis.loghist import LogHistogram
 from stress.analysis.rundata import load_run
 from stress.report.build import make_report
 from stress.report.compare import compare, render_compare_md
-from stress.summary import build_summary
-from stress.token_times import FILE_NAME, MAGIC, encode_frame
+from stress.report.summary import build_summary
+from stress.store.token_times import FILE_NAME, MAGIC, encode_frame
 from tests.report.synth import manifest, request, write_run
 
 

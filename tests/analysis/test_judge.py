@@ -25,8 +25,8 @@ from stress.analysis.judge import (
     make_verdict,
     tally,
 )
-from stress.analysis.limits import EXIT_VERDICT_FAIL, MIN_SAMPLES, exit_code
 from stress.analysis.rundata import load_run
+from stress.core.limits import EXIT_VERDICT_FAIL, MIN_SAMPLES, exit_code
 from stress.tui.verdict import judge
 from tests.report.synth import event, kill, manifest, request, write_run
 from tests.tui.data import snapshot

@@ -10,9 +10,9 @@ import pytest
 
 from stress.analysis.rows import EventRow, RequestRow
 from stress.analysis.rundata import load_run
-from stress.errors import RunDirError
-from stress.events import RunEvent
-from stress.record import SCHEMA_VERSION, RequestRecord
+from stress.core.errors import RunDirError
+from stress.core.events import RunEvent
+from stress.core.record import SCHEMA_VERSION, RequestRecord
 from tests.report.synth import manifest, request, write_run
 
 WRITTEN_BY_THE_RECORDER = {"unserializable"}

@@ -20,7 +20,7 @@ import pytest
 
 from stress.collectors.base import RunClock
 from stress.collectors.client import ClientHealthCollector, MachineLoad
-from stress.events import RunEvent
+from stress.core.events import RunEvent
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -22,8 +22,8 @@ from aiohttp import web
 from stress.collectors.base import RunClock
 from stress.collectors.prometheus import parse_metrics
 from stress.collectors.server import HttpResult, Scrape, ServerCollector
-from stress.events import RunEvent
-from stress.fetch import Fetcher
+from stress.core.events import RunEvent
+from stress.net.fetch import Fetcher
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 import pytest
 
-from stress.bundled import find_scenario
+from stress.config.bundled import find_scenario
 from stress.config.plan import CONNECTION_HEADROOM, plan_run
-from stress.scenario import load_scenario
+from stress.config.scenario import load_scenario
 
 BASE = """\
 name: {name}

@@ -16,13 +16,13 @@ import orjson
 import pytest
 from aiohttp import web
 
-from stress.client import ChatClient
+from stress.collectors.probe import probe
 from stress.collectors.prometheus import canonical, detect_dialect, parse_metrics
 from stress.collectors.server import summarize_slots
-from stress.deadlines import TimeoutPolicy
-from stress.fetch import Fetcher
-from stress.probe import probe
-from stress.record import RequestRecord
+from stress.core.record import RequestRecord
+from stress.net.client import ChatClient
+from stress.net.deadlines import TimeoutPolicy
+from stress.net.fetch import Fetcher
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 H200 = FIXTURES / "realserver-llamacpp-0.3.36-cuda-h200"

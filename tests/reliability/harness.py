@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from stress.analysis.limits import EXIT_VERDICT_FAIL
+from stress.core.limits import EXIT_VERDICT_FAIL
 
 ROOT = Path(__file__).resolve().parents[2]
 MARGIN_S = 90.0

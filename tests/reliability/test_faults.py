@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from stress.sim.config import FAULT_KINDS
+from stress.config.sim import FAULT_KINDS
 from tests.reliability.harness import (
     assert_accounted,
     assert_sound_run,

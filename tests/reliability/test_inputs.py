@@ -72,12 +72,19 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 def stress(*args: str, bound_s: float = BOUND_S, env: dict[str, str] | None = None) -> Done:
-    """Run ``stress ARGS`` to its end within ``bound_s``; its own peak RSS (``wait4``)."""
+    """Run ``stress ARGS`` to its end within ``bound_s``; its own peak RSS.
+
+    The peak is the kernel's high-water mark of the command's own memory (``VmHWM``),
+    read while it runs: ``wait4``'s ``ru_maxrss`` would start from this test process's
+    size, which a forked child inherits, so late in a long pytest session it would report
+    the test runner's memory, not the command's."""
     t0 = time.monotonic()
+    peak_kib = 0
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = _start(list(args), env, out, err)
         try:
             while (got := os.wait4(proc.pid, os.WNOHANG))[0] == 0:
+                peak_kib = max(peak_kib, _hwm_kib(proc.pid))
                 if time.monotonic() - t0 > bound_s:
                     err.seek(0)
                     raise AssertionError(
@@ -87,7 +94,7 @@ def stress(*args: str, bound_s: float = BOUND_S, env: dict[str, str] | None = No
                 time.sleep(0.02)
         finally:
             _kill(proc)
-        _, status, usage = got
+        _, status, _ = got
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -96,8 +103,20 @@ def stress(*args: str, bound_s: float = BOUND_S, env: dict[str, str] | None = No
             out.read().decode(errors="replace"),
             err.read().decode(errors="replace"),
             time.monotonic() - t0,
-            usage.ru_maxrss / 1024,
+            peak_kib / 1024,
         )
+
+
+def _hwm_kib(pid: int) -> int:
+    """``VmHWM`` of ``pid`` in KiB (0 when it has just exited)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def assert_one_line(done: Done, rc: int, *words: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from stress.analysis.limits import EXIT_VERDICT_FAIL
+from stress.core.limits import EXIT_VERDICT_FAIL
 from tests.reliability.harness import (
     MARGIN_S,
     RunResult,

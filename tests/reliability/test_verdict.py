@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stress.analysis.limits import EXIT_VERDICT_FAIL
+from stress.core.limits import EXIT_VERDICT_FAIL
 from tests.reliability.harness import (
     MARGIN_S,
     Cli,

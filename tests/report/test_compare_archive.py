@@ -140,7 +140,7 @@ def test_archive_rows_filter_sort_csv(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from stress.errors import StressError
+    from stress.core.errors import StressError
 
     p = argparse.ArgumentParser()
     cli.add_compare_arguments(p)

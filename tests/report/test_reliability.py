@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from stress.cli import main
+from stress.cli.main import main
 from tests.report.synth import event, kill, manifest, request, write_run
 
 

@@ -150,7 +150,7 @@ def test_phase_table_for_sweeps(tmp_path: Path) -> None:
 
 
 def test_not_a_run_dir(tmp_path: Path) -> None:
-    from stress.errors import RunDirError
+    from stress.core.errors import RunDirError
 
     with pytest.raises(RunDirError, match="not a run directory"):
         make_report(tmp_path)

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from stress.analysis.limits import EXIT_VERDICT_FAIL
+from stress.core.limits import EXIT_VERDICT_FAIL
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOTS = 4

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stress.scenario import load_scenario, with_overrides
+from stress.config.scenario import load_scenario, with_overrides
 from stress.search.plan import estimate
 from stress.search.runner import make_search, step_rounds
 from tests.search.test_capacity_cli import ROOT

@@ -15,9 +15,9 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+from stress.config.sim import SimConfigError, load_config_file
 from stress.sim import SimConfig
 from stress.sim.cli import add_arguments, build_config, main
-from stress.sim.config import SimConfigError, load_config_file
 from tests.sim.helpers import SimProcess
 
 

@@ -22,8 +22,8 @@ import pytest
 
 from stress.collectors.gpu.backend import BackendUnavailable
 from stress.collectors.gpu.simulated import SimGpuBackend
+from stress.config.sim import load_config_file
 from stress.sim import SimConfig, start_sim
-from stress.sim.config import load_config_file
 from stress.sim.gpus import FULL_W, IDLE_W, POWER_LIMIT_W, SimGpus, power_w
 from stress.sim.scheduler import EngineStats
 from tests.sim.helpers import stream_chat
@@ -157,10 +157,10 @@ def test_a_run_against_the_simulator_reads_only_simulated_cards(tmp_path: Path) 
     from stress.collectors.base import RunClock
     from stress.collectors.gpu import GpuCollector, HwmonBackend, NvmlBackend
     from stress.collectors.gpu.fake import RecordingSink
-    from stress.hangs import HangGate
-    from stress.run import _collectors
-    from stress.scenario import load_scenario
-    from stress.target import Target
+    from stress.config.scenario import load_scenario
+    from stress.live.hangs import HangGate
+    from stress.runtime.run import _collectors
+    from stress.runtime.target import Target
 
     p = tmp_path / "s.yaml"
     p.write_text("name: t\nrounds: 1\ntarget: {url: sim}\nconversation: {turn: {ask: [hi]}}\n")
@@ -234,7 +234,7 @@ def test_stress_run_on_the_simulator_with_gpus(tmp_path: Path) -> None:
     load_t = next(e["t"] for e in events if e["kind"] == "phase_started")
     samples = [r for r in gpu if r["type"] == "sample"]
     key = cards[0]["key"]
-    # the cards were opened once the first request had been written (stress.run's
+    # the cards were opened once the first request had been written (stress.runtime.run's
     # GPU_OPEN_WAIT_S): their start-up shares the interpreter, it must not delay that one
     first_sent = min(r["t_start"] for r in _jsonl(run_dir / "requests.jsonl"))
     assert samples[0]["t"] >= first_sent, (samples[0]["t"], first_sent)

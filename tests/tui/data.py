@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from stress.events import RunEvent
-from stress.live import Snapshot, TurnSummary, UserRow
+from stress.core.events import RunEvent
+from stress.live.state import Snapshot, TurnSummary, UserRow
 
 HEADER: dict[str, Any] = {
     "scenario": "eight_users_1h",

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from textual.app import App
 
-from stress.live import Snapshot
+from stress.live.state import Snapshot
 from stress.tui import TuiSink
 from stress.tui.app import StressApp
 from tests.tui.data import HEADER, snapshot

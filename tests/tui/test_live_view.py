@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from stress.events import RunEvent
-from stress.live import Live
-from stress.record import RequestRecord
+from stress.core.events import RunEvent
+from stress.core.record import RequestRecord
+from stress.live.state import Live
 from stress.tui import TuiSink
 from stress.tui.app import StressApp
 from stress.tui.feed import REQUEST_LINES

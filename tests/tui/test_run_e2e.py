@@ -15,8 +15,8 @@ import orjson
 import psutil
 import pytest
 
-from stress.live import RECENT_TURNS
-from stress.tui_process import EXIT_TIMEOUT_S, READY_TIMEOUT_S
+from stress.live.state import RECENT_TURNS
+from stress.live.view_process import EXIT_TIMEOUT_S, READY_TIMEOUT_S
 from tests.terminal import Terminal
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stress.bundled import bundled_scenario
+from stress.config.bundled import bundled_scenario
 from stress.tui.widgets.cards import CardsTable
 from tests.terminal import Terminal
 from tests.tui.data import snapshot

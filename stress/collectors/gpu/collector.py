@@ -27,7 +27,7 @@ from stress.collectors.gpu.model import CardInfo, CardSample, HwEvent
 from stress.collectors.gpu.nvml import NvmlBackend
 from stress.collectors.gpu.stats import CardStats
 from stress.collectors.gpu.throttle import decode
-from stress.events import RunEvent, Severity
+from stress.core.events import RunEvent, Severity
 
 #: A card counts as working at or above this utilisation (%), idle at or below IDLE_UTIL.
 BUSY_UTIL = 30.0

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from stress.events import RunEvent
+from stress.core.events import RunEvent
 
 #: Two UUIDs in NVML's format for fakes; the first is a real H200's (see tests/fixtures).
 UUID_A = "GPU-ab3e6a2a-37db-f115-8fb5-6ecccde9a863"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stress.events import Severity
+from stress.core.events import Severity
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 The simulator runs in its own process, so its cards reach the client over HTTP, read in
 the GPU collector's sampler thread like any other backend (a blocking GET with a short
 timeout). The rule that keeps simulated and real cards apart: when the run's target is the
-built-in simulator, this is the *only* backend (``stress.run`` picks it), so NVML and hwmon
+built-in simulator, this is the *only* backend (``stress.runtime.run`` picks it), so NVML and hwmon
 are never opened and a real card can never appear beside a simulated one; against a real
 server this backend is never used. A simulator without simulated GPUs (``sim.gpus: 0``)
 makes ``open`` raise ``BackendUnavailable`` and the run has no GPU telemetry, as on a host

@@ -18,7 +18,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from stress.live import TurnSummary, UserRow
+from stress.live.state import TurnSummary, UserRow
 from stress.tui import format as f
 from stress.tui.widgets.users import state_label, state_of
 

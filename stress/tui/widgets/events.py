@@ -15,9 +15,9 @@ from rich.text import Text
 from textual.widgets import RichLog
 
 from stress.analysis.runfiles import sim_seconds
-from stress.events import RunEvent
-from stress.live import RUN_FAILURE_KINDS
-from stress.secrets import REDACTOR
+from stress.core.events import RunEvent
+from stress.core.secrets import REDACTOR
+from stress.live.state import RUN_FAILURE_KINDS
 from stress.tui import format as f
 
 MAX_LINES = 500

@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from stress.analysis.runfiles import sim_seconds
-from stress.live import Snapshot
+from stress.live.state import Snapshot
 from stress.tui import format as f
 from stress.tui.verdict import Verdict
 

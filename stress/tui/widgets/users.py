@@ -26,7 +26,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from stress.live import SILENT_AFTER_S, UserRow
+from stress.live.state import SILENT_AFTER_S, UserRow
 from stress.tui import format as f
 
 # (key, label, width, right-aligned, drop order: 0 = always shown, higher = left out first)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-import stress.gpus_cli as cli
+import stress.cli.gpus as cli
 from stress.collectors.gpu.discover import Discovery, discover_report, held_memory
 from stress.collectors.gpu.fake import UUID_A, FakeCard, FakeNvml
 from stress.collectors.gpu.model import CardInfo, ProcessInfo

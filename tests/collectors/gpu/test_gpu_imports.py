@@ -8,7 +8,7 @@ import sys
 
 def test_no_textual_and_lazy_pynvml() -> None:
     code = (
-        "import sys, stress.collectors.gpu, stress.gpus_cli; "
+        "import sys, stress.collectors.gpu, stress.cli.gpus; "
         "print(sorted(m for m in ('textual', 'pynvml') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

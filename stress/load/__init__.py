@@ -1,0 +1,1 @@
+"""The simulated users: conversations, pastes, the turn machinery and the load models."""
