@@ -603,8 +603,9 @@ class Connection(_Model):
     reuse: bool = True
     """Keep-alive pooling. Either way a request that exchanged nothing is retried once."""
     limit: Int | None = Field(default=None, ge=1, le=65_535)
-    """Most connections in the keep-alive pool (default: the users + 4; never fewer
-    than the users)."""
+    """Most connections in the keep-alive pool (default: the most users of any step,
+    phases included, + 4; never fewer than those users). A request that finds the pool full
+    waits its turn in order, and the wait is its ``queue_s``, not time to first token."""
 
 
 class Phase(_Model):
