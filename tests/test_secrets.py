@@ -126,6 +126,20 @@ def test_json_scrub_catches_every_form_inside_strings() -> None:
     assert r.json(b'{"a": 1}') == b'{"a": 1}'
 
 
+def test_json_scrub_masks_a_strong_key_echoed_as_a_field_name() -> None:
+    """A server that echoes the key as a JSON field name (a timings or props key) leaks it
+    unless keys are masked too: they are, for a secret unlike ordinary text, and the
+    document still parses."""
+    import orjson
+
+    r = Redactor()
+    r.add(WEIRD)
+    doc = {"timings": {WEIRD: 1.5, f"x_{WEIRD}": 2}, "requests": 3}
+    out = r.json(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    assert WEIRD.encode() not in out
+    assert orjson.loads(out) == {"timings": {"***": 1.5, "x_***": 2}, "requests": 3}
+
+
 def test_key_files_that_are_devices_fifos_or_huge_are_refused_unopened(tmp_path: Path) -> None:
     import os
     import time

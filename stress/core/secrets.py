@@ -61,6 +61,8 @@ class Redactor:
     def __init__(self) -> None:
         self._secrets: list[str] = []
         self._bsecrets: list[bytes] = []
+        self._strong: list[str] = []
+        """The forms of secrets unlike ordinary words: masked in JSON object keys too."""
 
     def add(self, secret: str) -> None:
         """Scrub ``secret`` (in every encoded form) from everything written from now on.
@@ -74,16 +76,15 @@ class Redactor:
             if form not in self._secrets:
                 self._secrets.append(form)
         self._secrets.sort(key=len, reverse=True)
+        if _unlike_text(secret):
+            self._strong = sorted({*self._strong, *encoded_forms(secret)}, key=len, reverse=True)
         # written inside a JSON string, any form may be escaped once more (an HTML-escaped
         # key in an error message keeps its backslashes doubled)
         raw = {b for s in self._secrets for b in (s, *_json_forms(s))}
         self._bsecrets = [b.encode() for b in sorted(raw, key=len, reverse=True)]
 
     def text(self, s: str) -> str:
-        for secret in self._secrets:
-            if secret in s:
-                s = s.replace(secret, MASK)
-        return s
+        return _masked(s, self._secrets)
 
     def bytes(self, b: bytes) -> bytes:
         for secret in self._bsecrets:
@@ -97,28 +98,44 @@ class Redactor:
 
     def json(self, doc: builtins.bytes) -> builtins.bytes:
         """Serialized JSON (one document or JSON Lines) with the secrets masked in its
-        string values only: object keys, numbers, whitespace and punctuation are never
-        touched, so the output parses to the same structure whatever the secret is (a
-        key that is also ordinary text, ``requests`` or eight spaces, would otherwise
-        rename fields or break the indentation)."""
+        strings: numbers, whitespace and punctuation are never touched, so the output
+        parses to the same structure whatever the secret is. Object keys are masked only
+        for secrets unlike ordinary text (a server that echoes the key as a field name);
+        a URL password that is an ordinary word, ``requests``, would otherwise rename the
+        summary's fields."""
         if not self.found(doc):
             return doc
         return _JSON_STRING.sub(self._json_value, doc)
 
     def _json_value(self, m: re.Match[builtins.bytes]) -> builtins.bytes:
         raw = m.group(0)
-        if m.group(1) is not None or not self.found(raw):
+        if not self.found(raw):
             return raw
+        colon = m.group(1)
+        string = raw if colon is None else raw[: len(raw) - len(colon)]
         try:
-            value = orjson.loads(raw)
+            value = orjson.loads(string)
         except orjson.JSONDecodeError:  # not from orjson: mask the bytes as they stand
-            return self.bytes(raw)
-        masked = self.text(value)
-        return raw if masked == value else orjson.dumps(masked)
+            return self.bytes(raw) if colon is None else raw
+        masked = _masked(value, self._secrets if colon is None else self._strong)
+        return raw if masked == value else orjson.dumps(masked) + (colon or b"")
 
     @property
     def active(self) -> bool:
         return bool(self._secrets)
+
+
+def _masked(s: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret in s:
+            s = s.replace(secret, MASK)
+    return s
+
+
+def _unlike_text(secret: str) -> bool:
+    """Whether ``secret`` cannot be an ordinary word, number or run of spaces: the rule
+    ``check_key`` holds every API key to (URL passwords are not held to it)."""
+    return secret.strip() == secret and not (secret.replace(" ", "").isalpha() or secret.isdigit())
 
 
 REDACTOR = Redactor()
