@@ -48,8 +48,10 @@ from stress.store.recorder import Recorder, new_run_dir, write_json
 
 if TYPE_CHECKING:  # the end-of-run modules load when the run ends (docs/performance.md)
     from stress.analysis.analyze import Analysis
+    from stress.core.tokens import Tokenizer
     from stress.live.metrics_export import MetricsExporter
     from stress.live.view_process import ViewChild
+    from stress.load.replay import TraceRequest
     from stress.runtime.pool import WorkerPool
     from stress.runtime.ray_pool import RayLauncher
 
@@ -265,33 +267,9 @@ async def _run(
     plan = list(run_plan.steps)  # what the engine runs, step by step, in wall seconds
     sc = run_plan.first
     tokenizer = get_tokenizer()
-    corpus: Corpus | None = None
-    paste_scale, calibration = 1.0, "tokenizer: local " + tokenizer.name
-    paste = sc.conversation.turn.paste
-    corpus_name = sc.replay.corpus if sc.replay else paste.corpus if paste else None
-    trace = None
-    if sc.replay is not None:  # checked when the scenario was loaded; read again here
-        from stress.load.replay import load_trace
-
-        spec = sc.replay
-        trace_path = loaded.resolve_trace(spec.trace)
-        trace = await _prepare(load_trace, trace_path, spec.format, spec.block_size)
-    if corpus_name is not None:
-        corpus = await _prepare(Corpus, loaded.resolve(corpus_name), tokenizer)
-        if sc.target.tokenizer != "tiktoken":
-            # a few thousand characters of real prose (a heading alone would say 1.000)
-            sample = "\n\n".join(corpus.docs[0].paragraphs)[:4000]
-            got = await server_token_count(
-                session, target.url, target.headers, target.model, sample
-            )
-            local = tokenizer.count(sample)
-            if got and local:
-                ratio = got[0] / local
-                if 0.3 <= ratio <= 3.0:
-                    paste_scale = 1.0 / ratio
-                    calibration = (
-                        f"server {got[1]}: {ratio:.3f} server tokens per {tokenizer.name} token"
-                    )
+    inputs = await _prepare_inputs(loaded, sc, session, target, tokenizer)
+    corpus, trace, corpus_name = inputs.corpus, inputs.trace, inputs.corpus_name
+    paste_scale, calibration = inputs.paste_scale, inputs.calibration
     probe_result, probe_warnings = await preflight(
         session,
         target.url,
@@ -366,20 +344,7 @@ async def _run(
     if ui == "tui":
         from stress.live.view_process import TuiProcess  # the view's own process draws it
 
-        header = {
-            "scenario": sc.name,
-            "target": "sim (built-in simulator)" if target.sim else safe_url(target.url),
-            "model": target.model,
-            "server": server_kind,
-            "users": run_plan.peak,
-            "load": _load_text(original, run_plan),
-            "duration_s": sc.duration,
-            "rounds": sc.rounds,
-            "cache": sc.conversation.cache,
-            "run_dir": str(run_dir),
-            "slo": sc.slo.model_dump(),  # the badge grades it as the verdict will
-            "search": search,
-        }
+        header = _header(original, run_plan, target, server_kind, run_dir, search)
         printer = TuiProcess(
             header,
             lambda rows=None: live.snapshot(clock.now(), rows),
@@ -659,6 +624,78 @@ async def _run(
         print(REDACTOR.text(f"\n{render_summary(summary)}\n\nrun directory: {run_dir}"), flush=True)
         _write_report(run_dir, analysis[0])
     return RunOutcome(run_dir, summary, exit_reason)
+
+
+@dataclass(slots=True)
+class _Inputs:
+    """What the users send, prepared before the run clock starts."""
+
+    corpus_name: str | None
+    calibration: str
+    corpus: Corpus | None = None
+    trace: list[TraceRequest] | None = None
+    paste_scale: float = 1.0
+
+
+async def _prepare_inputs(
+    loaded: LoadedScenario, sc: Scenario, session: Fetcher, target: Target, tokenizer: Tokenizer
+) -> _Inputs:
+    """The trace (read again: it was checked when the scenario was loaded), the corpus
+    encoded, and the paste budget calibrated against the server's own token count."""
+    paste = sc.conversation.turn.paste
+    got = _Inputs(
+        sc.replay.corpus if sc.replay else paste.corpus if paste else None,
+        "tokenizer: local " + tokenizer.name,
+    )
+    if sc.replay is not None:
+        from stress.load.replay import load_trace
+
+        spec = sc.replay
+        trace_path = loaded.resolve_trace(spec.trace)
+        got.trace = await _prepare(load_trace, trace_path, spec.format, spec.block_size)
+    if got.corpus_name is None:
+        return got
+    got.corpus = await _prepare(Corpus, loaded.resolve(got.corpus_name), tokenizer)
+    if sc.target.tokenizer == "tiktoken":
+        return got
+    # a few thousand characters of real prose (a heading alone would say 1.000)
+    sample = "\n\n".join(got.corpus.docs[0].paragraphs)[:4000]
+    counted = await server_token_count(session, target.url, target.headers, target.model, sample)
+    local = tokenizer.count(sample)
+    if counted and local:
+        ratio = counted[0] / local
+        if 0.3 <= ratio <= 3.0:
+            got.paste_scale = 1.0 / ratio
+            got.calibration = (
+                f"server {counted[1]}: {ratio:.3f} server tokens per {tokenizer.name} token"
+            )
+    return got
+
+
+def _header(
+    original: Scenario,
+    plan: RunPlan,
+    target: Target,
+    server_kind: str,
+    run_dir: Path,
+    search: str | None,
+) -> dict[str, Any]:
+    """What the live view's header shows, sent once when its process starts."""
+    sc = plan.first
+    return {
+        "scenario": sc.name,
+        "target": "sim (built-in simulator)" if target.sim else safe_url(target.url),
+        "model": target.model,
+        "server": server_kind,
+        "users": plan.peak,
+        "load": _load_text(original, plan),
+        "duration_s": sc.duration,
+        "rounds": sc.rounds,
+        "cache": sc.conversation.cache,
+        "run_dir": str(run_dir),
+        "slo": sc.slo.model_dump(),  # the badge grades it as the verdict will
+        "search": search,
+    }
 
 
 def _worker_config(
