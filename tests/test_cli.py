@@ -184,9 +184,11 @@ def test_ctrl_c_twice_cancels_and_records_in_flight(tmp_path: Path) -> None:
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 0, stderr
     assert d is not None
     recs = records(d)
+    # the user's cut is a WARN, unless nothing was answered by then (a busy machine): FAIL
+    answered = any(r["outcome"] == "ok" for r in recs)
+    assert proc.returncode == (0 if answered else EXIT_VERDICT_FAIL), stderr
     cancelled = [r for r in recs if r["error_class"] == "cancelled"]
     assert cancelled and all(r["outcome"] == "error" for r in cancelled)
     assert {r["user"] for r in recs} == {0, 1, 2}  # every request sent ended in a record
