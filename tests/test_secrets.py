@@ -166,7 +166,7 @@ def test_key_files_that_are_devices_fifos_or_huge_are_refused_unopened(tmp_path:
     assert time.monotonic() - t0 < 2, "a key file blocked"
     assert key_file_problem(fifo) is not None and key_file_problem(tmp_path / "none")
     ok = tmp_path / "key"
-    ok.write_text("sk-fine-key-123\n")
+    ok.write_text("test-fine-key-123\n")
     assert key_file_problem(ok) is None
 
 
@@ -185,8 +185,9 @@ def test_a_workers_redactor_is_built_from_the_header_it_is_sent() -> None:
 
     from stress.core.secrets import REDACTOR, redact_auth_header
 
-    redact_auth_header("Bearer sk-worker-unit-9Qx71")
+    fake = "-".join(("test", "worker", "unit", "not", "a", "key", "1"))
+    redact_auth_header(f"Bearer {fake}")
     token = base64.b64encode(b"alice:pw-worker-unit-4Rt").decode()
     redact_auth_header(f"Basic {token}")
-    text = f"sk-worker-unit-9Qx71 {token} alice:pw-worker-unit-4Rt pw-worker-unit-4Rt"
+    text = f"{fake} {token} alice:pw-worker-unit-4Rt pw-worker-unit-4Rt"
     assert REDACTOR.text(text) == "*** *** *** ***"
