@@ -289,3 +289,17 @@ def test_a_record_written_after_the_users_next_send_leaves_that_request_in_fligh
     assert live.in_flight == 1 and live._users[0].in_flight is second
     live.on_record(second, 3.0)
     assert live.in_flight == 0 and live._users[0].in_flight is None
+
+
+def test_the_live_counts_keep_cancelled_requests_apart_from_errors() -> None:
+    """The status line and the view's header count a cancelled request as the verdict
+    does: not an error, a cancellation."""
+    live = Live(2)
+    for user, outcome, cls in ((0, "error", "cancelled"), (1, "error", "reset")):
+        rec = sent(live, user, 0.0)
+        rec.outcome, rec.error_class = outcome, cls
+        live.on_record(rec, 1.0)
+    snap = live.snapshot(2.0)
+    assert (snap.errors, snap.cancelled) == (1, 1)
+    printer = HeadlessPrinter(lambda: live.snapshot(2.0), 40.0, stream=io.StringIO())
+    assert "ok 0, err 1, cancelled 1, empty 0" in printer.status(snap)

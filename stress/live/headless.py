@@ -165,7 +165,8 @@ class HeadlessPrinter:
         parts = [
             f"[{format_duration(s.t):>6}{total}] {s.phase}{clock}",
             *self.failures(),
-            f"requests {s.rounds_done} (ok {o['ok']}, err {o['error']}, empty {o['empty']}, "
+            f"requests {s.rounds_done} (ok {o['ok']}, err {s.errors}, cancelled {s.cancelled}, "
+            f"empty {o['empty']}, "
             f"reasoning-only {o['reasoning_only']}, truncated {o['truncated']})",
             *(
                 [

@@ -234,6 +234,17 @@ class Snapshot:
         """``simulated time x60`` in a time-scaled run; empty otherwise (nothing to say)."""
         return f"simulated time x{self.time_scale:g}" if self.time_scale != 1.0 else ""
 
+    @property
+    def cancelled(self) -> int:
+        """Requests cancelled so far (a drain deadline, Ctrl-C twice): counted apart from
+        errors, as the verdict counts them (``stress.analysis.judge.tally``)."""
+        return self.error_classes.get("cancelled", 0)
+
+    @property
+    def errors(self) -> int:
+        """Failed requests so far, cancelled ones aside."""
+        return self.outcomes.get("error", 0) - self.cancelled
+
 
 def _add(buckets: deque[list[int]], key: int, values: tuple[int, ...]) -> None:
     """Add ``values`` to the bucket ``key`` ([key, *sums]), else start one. The workers'

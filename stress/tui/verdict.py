@@ -62,7 +62,7 @@ def judge(
     the headline figures so far (``Snapshot.ttft_p95_run``...), as the verdict grades them."""
     rate = (slo or {}).get("error_rate")
     server: Mapping[str, Any] = s.collectors.get("server") or {}
-    cancelled = s.error_classes.get("cancelled", 0)
+    cancelled = s.cancelled
     # the snapshot has no causes: a drain deadline says so in its event, any other
     # cancellation is the user's second Ctrl-C (a drain after the user's first is taken
     # for the run's own here, and told apart in the verdict)
@@ -70,7 +70,7 @@ def judge(
     counts = HealthCounts(
         requests=sum(s.outcomes.values()),
         answered=s.outcomes.get("ok", 0),
-        errors=s.outcomes.get("error", 0) - cancelled,
+        errors=s.errors,
         cancelled=charged,
         cancelled_by_user=cancelled - charged,
         odd_replies=sum(s.outcomes.get(k, 0) for k in ("empty", "reasoning_only", "truncated")),

@@ -62,7 +62,9 @@ def progress_line(header: dict[str, Any], s: Snapshot, compact: bool = False) ->
     t.append(" · ok ")
     t.append(str(o.get("ok", 0)), style="green")
     t.append(" err ")
-    t.append(str(o.get("error", 0)), style="bold red" if o.get("error") else "")
+    t.append(str(s.errors), style="bold red" if s.errors else "")
+    if s.cancelled:
+        t.append(f" cancelled {s.cancelled}", style="yellow")
     empty = sum(o.get(k, 0) for k in ("empty", "reasoning_only", "truncated"))
     t.append(" empty ")
     t.append(str(empty), style="yellow" if empty else "")
