@@ -460,14 +460,25 @@ def _command(argv: list[str] | None) -> str | None:
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    command = _command(argv)
     parser = _Parser(
         prog="stress",
         description="Load and soak tester for self-hosted LLM inference servers.",
     )
     parser.add_argument("--version", action="version", version=f"stress {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    # the order here is the order `stress --help` lists the subcommands in
+    _add_run_parser(sub)
+    _add_capacity_parser(sub)
+    _add_scenario_parsers(sub)
+    _add_run_dir_parsers(sub)
+    command = _command(argv)
+    _optional(sub, "sim", "stress.sim.cli", "run the built-in simulated inference server", command)
+    _optional(sub, "probe", "stress.cli.probe", "check a server before a long run", command)
+    _optional(sub, "gpus", "stress.cli.gpus", "list GPUs and their telemetry support", command)
+    return parser
 
+
+def _add_run_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser("run", help="run a scenario")
     p.add_argument(
         "scenario", help="scenario YAML file, or a bundled scenario's name (`stress scenarios`)"
@@ -514,6 +525,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     _corpus_root_arg(p)
     p.set_defaults(func=cmd_run)
 
+
+def _add_capacity_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser(
         "capacity", help="search for the number of users at which the scenario's SLO breaks"
     )
@@ -554,6 +567,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     _corpus_root_arg(p)
     p.set_defaults(func=cmd_capacity)
 
+
+def _add_scenario_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """validate, scenarios, init and schema: the scenario files, before any run."""
     p = sub.add_parser("validate", help="check scenario files")
     p.add_argument("files", nargs="+", help="scenario files or bundled scenarios' names")
     _corpus_root_arg(p)
@@ -575,9 +591,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("schema", help="print the scenario's JSON Schema (for editors)")
     p.set_defaults(func=cmd_schema)
 
+
+def _add_run_dir_parsers(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """report, compare, ls and export: they read run directories, so a damaged file there
+    is exit 1 with its path (``reads_runs``), not a bug."""
     from stress.report import cli as report_cli
 
-    # these read run directories: a damaged file there is exit 1 with its path, not a bug
     p = sub.add_parser("report", help="write report.md and report.html for a run directory")
     report_cli.add_report_arguments(p)
     p.set_defaults(func=report_cli.report_main, reads_runs=True)
@@ -587,6 +606,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("ls", help="the archive: one line per run")
     report_cli.add_ls_arguments(p)
     p.set_defaults(func=report_cli.ls_main, reads_runs=True)
+    _add_export_parser(sub)
+
+
+def _add_export_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p = sub.add_parser("export", help="a run's requests with derived figures, CSV or Parquet")
     p.add_argument("run_dir", help="run directory")
     fmt = p.add_mutually_exclusive_group(required=True)
@@ -606,11 +629,6 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         "in the checkout)",
     )
     p.set_defaults(func=cmd_export, reads_runs=True)
-
-    _optional(sub, "sim", "stress.sim.cli", "run the built-in simulated inference server", command)
-    _optional(sub, "probe", "stress.cli.probe", "check a server before a long run", command)
-    _optional(sub, "gpus", "stress.cli.gpus", "list GPUs and their telemetry support", command)
-    return parser
 
 
 def _metrics_args(p: argparse.ArgumentParser) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
@@ -232,6 +233,236 @@ def _chat_template_digest(template: Any) -> str | None:
     return hashlib.sha256(template.encode()).hexdigest()[:16]
 
 
+def _str(x: Any) -> str | None:
+    return x if isinstance(x, str) else None
+
+
+async def _fetch_endpoints(
+    session: Fetcher, base: str, headers: dict[str, str], timeout_s: float
+) -> dict[str, _Resp]:
+    """Every endpoint's answer, keyed by its path, asked all at once."""
+    responses = await asyncio.gather(
+        *(_request(session, "GET", base + ep, headers, timeout_s) for ep in _ENDPOINTS)
+    )
+    r = dict(zip(_ENDPOINTS, responses, strict=True))
+    if r["/server_info"].status == 404:  # older SGLang spelling
+        r["/get_server_info"] = await _request(
+            session, "GET", base + "/get_server_info", headers, timeout_s
+        )
+    return r
+
+
+def _model_cards(models: _Resp) -> list[dict[str, Any]] | None:
+    """The cards of /v1/models; ``None`` when it is not a JSON object with a ``data`` list."""
+    data = _dict(models.json()).get("data")
+    if not isinstance(data, list):
+        return None
+    return [c for c in data if isinstance(c, dict)]
+
+
+@dataclass(slots=True)
+class _Answers:
+    """The endpoints' documents, read once, that every step of the probe shares.
+
+    ``config`` and ``notes`` fill as the steps run, so their order is the steps' order.
+    """
+
+    cards: list[dict[str, Any]]
+    first: dict[str, Any]
+    model: str | None
+    props: dict[str, Any]
+    server_info: dict[str, Any]
+    version_doc: dict[str, Any]
+    slot_docs: list[dict[str, Any]]
+    slot_ctx: list[int]
+    metrics: MetricSet | None
+    dialect: str | None
+    config: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _read_answers(r: dict[str, _Resp], cards: list[dict[str, Any]]) -> _Answers:
+    """The documents behind ``cards`` (a compatible server's model list), parsed once."""
+    notes: list[str] = []
+    metrics: MetricSet | None = None
+    if r["/metrics"].status == 200:
+        try:
+            metrics = parse_metrics(r["/metrics"].body.decode("utf-8", errors="replace"))
+        except MetricsParseError as exc:
+            notes.append(f"/metrics is not Prometheus text ({exc})")
+    slots_doc = r["/slots"].json()
+    slot_docs = [s for s in slots_doc if isinstance(s, dict)] if isinstance(slots_doc, list) else []
+    first = cards[0] if cards else {}
+    return _Answers(
+        cards=cards,
+        first=first,
+        model=_str(first.get("id")),
+        props=_dict(r["/props"].json()),
+        server_info=_dict(r["/server_info"].json())
+        or _dict(r["/get_server_info"].json() if "/get_server_info" in r else None),
+        version_doc=_dict(r["/version"].json()),
+        slot_docs=slot_docs,
+        slot_ctx=[c for c in (_int(s.get("n_ctx")) for s in slot_docs) if c is not None],
+        metrics=metrics,
+        dialect=detect_dialect(metrics) if metrics is not None else None,
+        notes=notes,
+    )
+
+
+def _identify(a: _Answers) -> tuple[ServerKind, list[str], str | None]:
+    """The server's kind, the evidence for it, and its version where that kind publishes
+    it (recorded in the configuration)."""
+    owned_by = _str(a.first.get("owned_by"))
+    kind, evidence = _detect_kind(owned_by, a.dialect, a.props, a.server_info, a.version_doc)
+    version: Any
+    if kind == "llamacpp":
+        version = _str(a.props.get("build_info"))
+    elif kind == "sglang":
+        version = a.server_info.get("version") or a.version_doc.get("version")
+    else:
+        version = a.version_doc.get("version")
+    if version is None:
+        return kind, evidence, None
+    a.config["version"] = str(version)
+    return kind, evidence, str(version)
+
+
+def _context(a: _Answers) -> tuple[int | None, str | None]:
+    """The per-request context and where it was read, the most specific source first."""
+    if a.slot_ctx:
+        return min(a.slot_ctx), f"/slots n_ctx (min of {len(a.slot_ctx)} slots)"
+    candidates = (
+        (_dict(a.props.get("default_generation_settings")).get("n_ctx"), "/props n_ctx"),
+        (a.first.get("max_model_len"), "/v1/models max_model_len"),
+        (_dict(a.first.get("meta")).get("n_ctx"), "/v1/models meta.n_ctx"),
+        (a.server_info.get("context_length"), "/server_info"),
+    )
+    for value, source in candidates:
+        if _int(value) is not None:
+            return _int(value), source
+    return None, None
+
+
+def _models_config(cards: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each card's settings; ``created`` is a timestamp, so two runs would always differ."""
+    return [
+        _scalars({k: v for k, v in c.items() if k != "created"})
+        | ({"meta": _scalars(_dict(c.get("meta")))} if "meta" in c else {})
+        for c in cards
+    ]
+
+
+def _metrics_available(a: _Answers) -> bool:
+    """/metrics has samples and llama-server's /props does not say the endpoint is off."""
+    available = a.metrics is not None and len(a.metrics) > 0
+    return available and a.props.get("endpoint_metrics") is not False
+
+
+@dataclass(slots=True)
+class _Capacity:
+    """The KV pool, the slots, prefix caching and speculative decoding, where known."""
+
+    kv_pool: int | None = None
+    kv_source: str | None = None
+    slots: int | None = None
+    prefix_caching: bool | None = None
+    spec_decode: bool | None = None
+
+
+def _capacity(kind: ServerKind, a: _Answers) -> _Capacity:
+    """Each engine's reading in turn; a later one overrides only what it knows.
+
+    The vLLM reading goes by the /metrics names, the others by the server's kind (which
+    /v1/models' owned_by decides first), so two readings can both apply.
+    """
+    cap = _Capacity()
+    if a.metrics is not None and a.dialect == "vllm":
+        _vllm_capacity(a.metrics, a, cap)
+    if kind == "sglang":
+        _sglang_capacity(a, cap)
+    if kind == "llamacpp":
+        _llamacpp_capacity(a, cap)
+    return cap
+
+
+def _vllm_capacity(metrics: MetricSet, a: _Answers, cap: _Capacity) -> None:
+    cache_cfg = info_labels(metrics, "vllm:cache_config_info")
+    if cache_cfg:
+        a.config["cache_config"] = cache_cfg[0] if len(cache_cfg) == 1 else cache_cfg
+        epc = cache_cfg[0].get("enable_prefix_caching")
+        cap.prefix_caching = epc == "True" if epc in ("True", "False") else None
+    cap.kv_pool = vllm_kv_pool_tokens(metrics)
+    cap.kv_source = "cache_config_info" if cap.kv_pool is not None else None
+    cap.spec_decode = metrics.has("vllm:spec_decode_num_drafts_total") or None
+
+
+def _sglang_capacity(a: _Answers, cap: _Capacity) -> None:
+    pool = None
+    if a.metrics is not None:
+        vals = [s.value for s in a.metrics.get("sglang:max_total_num_tokens")]
+        pool = int(max(vals)) if vals else None  # ⚠ one pool per dp rank not summed
+    pool = pool or _int(a.server_info.get("max_total_num_tokens"))
+    if pool:
+        cap.kv_pool, cap.kv_source = pool, "sglang max_total_num_tokens"
+    cap.slots = _int(a.server_info.get("max_running_requests"))
+    if "disable_radix_cache" in a.server_info:
+        cap.prefix_caching = not bool(a.server_info["disable_radix_cache"])
+    if "speculative_algorithm" in a.server_info:
+        cap.spec_decode = bool(a.server_info["speculative_algorithm"])
+    if a.server_info:
+        a.config["server_info"] = redact(_scalars(a.server_info))
+
+
+def _llamacpp_capacity(a: _Answers, cap: _Capacity) -> None:
+    cap.slots = _int(a.props.get("total_slots")) or (len(a.slot_docs) or None)
+    if a.slot_ctx:
+        cap.kv_pool = sum(a.slot_ctx)
+        cap.kv_source = f"sum of /slots n_ctx ({len(a.slot_ctx)} slots)"
+    if a.slot_docs:
+        cap.spec_decode = any(bool(s.get("speculative")) for s in a.slot_docs)
+    if a.props:
+        pc = {k: v for k, v in a.props.items() if k not in _PROPS_DROP}
+        pc["chat_template_sha256_16"] = _chat_template_digest(a.props.get("chat_template"))
+        a.config["props"] = redact(pc)
+    if a.props.get("is_sleeping"):
+        a.notes.append("llama-server reports is_sleeping: the first request will reload")
+
+
+def _cached_tokens_declared(
+    kind: ServerKind, server_info: dict[str, Any]
+) -> tuple[bool | None, str | None]:
+    """Whether the server reports cached tokens per request, as far as its kind or its
+    settings tell without sending a request, and in which field."""
+    if kind == "llamacpp":
+        return True, "timings.cache_n"
+    if kind == "sglang" and "enable_cache_report" in server_info:
+        cached = bool(server_info["enable_cache_report"])
+        return cached, "usage.prompt_tokens_details.cached_tokens" if cached else None
+    return None, None
+
+
+async def _cached_tokens_tested(
+    session: Fetcher,
+    base: str,
+    headers: dict[str, str],
+    model: str,
+    timeout_s: float,
+    notes: list[str],
+) -> tuple[bool, str | None] | None:
+    """What a test request's reply shows about cached tokens, and in which field; ``None``
+    (and a note) when the request fails."""
+    test = await _test_request(session, base, headers, model, timeout_s * 6)
+    if test is None:
+        notes.append("test request failed; cached-token reporting not checked")
+        return None
+    in_usage, in_timings = test
+    if in_usage:
+        return True, "usage.prompt_tokens_details.cached_tokens"
+    if in_timings:
+        return True, "timings.cache_n"
+    return False, None
+
+
 async def probe(
     session: Fetcher,
     base_url: str,
@@ -243,195 +474,57 @@ async def probe(
     """Ask the server about itself. Never raises for server-side problems."""
     base = normalize_base_url(base_url)
     shown = safe_url(base)  # what the result (and the run manifest) keeps: no credentials
-    responses = await asyncio.gather(
-        *(_request(session, "GET", base + ep, headers, timeout_s) for ep in _ENDPOINTS)
-    )
-    r = dict(zip(_ENDPOINTS, responses, strict=True))
-    if r["/server_info"].status == 404:  # older SGLang spelling
-        r["/get_server_info"] = await _request(
-            session, "GET", base + "/get_server_info", headers, timeout_s
-        )
+    r = await _fetch_endpoints(session, base, headers, timeout_s)
     endpoints = {ep: resp.label() for ep, resp in r.items()}
     if all(resp.status is None for resp in r.values()):
         err = r["/health"].error or r["/v1/models"].error or "no answer"
         return ProbeResult(target=shown, reachable=False, error=err, endpoints=endpoints)
-
-    notes: list[str] = []
-    health = r["/health"]
-    health_text = "ok" if health.status == 200 else health.summary()
-
-    models_resp = r["/v1/models"]
-    models_doc = _dict(models_resp.json())
-    if not isinstance(models_doc.get("data"), list):
+    health = "ok" if r["/health"].status == 200 else r["/health"].summary()
+    cards = _model_cards(r["/v1/models"])
+    if cards is None:
+        why = _not_compatible(r["/v1/models"], "Authorization" in headers)
         return ProbeResult(
-            target=shown,
-            reachable=True,
-            error=_not_compatible(models_resp, "Authorization" in headers),
-            health=health_text,
-            endpoints=endpoints,
+            target=shown, reachable=True, error=why, health=health, endpoints=endpoints
         )
-    cards = [c for c in models_doc["data"] if isinstance(c, dict)]
-    first = cards[0] if cards else {}
-    owned_by = first.get("owned_by") if isinstance(first.get("owned_by"), str) else None
-    props = _dict(r["/props"].json())
-    server_info = _dict(r["/server_info"].json()) or _dict(
-        r["/get_server_info"].json() if "/get_server_info" in r else None
-    )
-    version_doc = _dict(r["/version"].json())
-    slots_doc = r["/slots"].json()
-    slots_list = (
-        [s for s in slots_doc if isinstance(s, dict)] if isinstance(slots_doc, list) else []
-    )
-
-    metrics: MetricSet | None = None
-    if r["/metrics"].status == 200:
-        try:
-            metrics = parse_metrics(r["/metrics"].body.decode("utf-8", errors="replace"))
-        except MetricsParseError as exc:
-            notes.append(f"/metrics is not Prometheus text ({exc})")
-    dialect = detect_dialect(metrics) if metrics is not None else None
-
-    kind, evidence = _detect_kind(owned_by, dialect, props, server_info, version_doc)
-    config: dict[str, Any] = {}
-
-    # version
-    version: str | None = None
-    if kind == "llamacpp":
-        version = props.get("build_info") if isinstance(props.get("build_info"), str) else None
-    elif kind == "sglang":
-        version = server_info.get("version") or version_doc.get("version")
-    else:
-        version = version_doc.get("version")
-    if version is not None:
-        version = str(version)
-        config["version"] = version
-
-    # model and context
-    model = first.get("id") if isinstance(first.get("id"), str) else None
-    models = [c["id"] for c in cards if isinstance(c.get("id"), str)]
-    meta = _dict(first.get("meta"))
-    n_ctx_train = _int(meta.get("n_ctx_train"))
-    context: int | None = None
-    context_source: str | None = None
-    slot_ctx = [c for c in (_int(s.get("n_ctx")) for s in slots_list) if c is not None]
-    dgs = _dict(props.get("default_generation_settings"))
-    if slot_ctx:
-        context, context_source = min(slot_ctx), f"/slots n_ctx (min of {len(slot_ctx)} slots)"
-    elif _int(dgs.get("n_ctx")) is not None:
-        context, context_source = _int(dgs.get("n_ctx")), "/props n_ctx"
-    elif _int(first.get("max_model_len")) is not None:
-        context, context_source = _int(first.get("max_model_len")), "/v1/models max_model_len"
-    elif _int(meta.get("n_ctx")) is not None:
-        context, context_source = _int(meta.get("n_ctx")), "/v1/models meta.n_ctx"
-    elif _int(server_info.get("context_length")) is not None:
-        context, context_source = _int(server_info.get("context_length")), "/server_info"
-    if models_doc:
-        config["models"] = [
-            _scalars({k: v for k, v in c.items() if k != "created"})
-            | ({"meta": _scalars(_dict(c.get("meta")))} if "meta" in c else {})
-            for c in cards
-        ]
-
-    # metrics
-    metrics_available = metrics is not None and len(metrics) > 0
-    if props.get("endpoint_metrics") is False:
-        metrics_available = False
-    metrics_flag = None if metrics_available else METRICS_FLAGS.get(kind)
-
-    # KV pool, slots, prefix caching, spec decode
-    kv_pool: int | None = None
-    kv_source: str | None = None
-    n_slots: int | None = None
-    prefix_caching: bool | None = None
-    spec: bool | None = None
-    if metrics is not None and dialect == "vllm":
-        cache_cfg = info_labels(metrics, "vllm:cache_config_info")
-        if cache_cfg:
-            config["cache_config"] = cache_cfg[0] if len(cache_cfg) == 1 else cache_cfg
-            epc = cache_cfg[0].get("enable_prefix_caching")
-            prefix_caching = epc == "True" if epc in ("True", "False") else None
-        kv_pool = vllm_kv_pool_tokens(metrics)
-        kv_source = "cache_config_info" if kv_pool is not None else None
-        spec = metrics.has("vllm:spec_decode_num_drafts_total") or None
-    if kind == "sglang":
-        pool = None
-        if metrics is not None:
-            vals = [s.value for s in metrics.get("sglang:max_total_num_tokens")]
-            pool = int(max(vals)) if vals else None  # ⚠ one pool per dp rank not summed
-        pool = pool or _int(server_info.get("max_total_num_tokens"))
-        if pool:
-            kv_pool, kv_source = pool, "sglang max_total_num_tokens"
-        n_slots = _int(server_info.get("max_running_requests"))
-        if "disable_radix_cache" in server_info:
-            prefix_caching = not bool(server_info["disable_radix_cache"])
-        if "speculative_algorithm" in server_info:
-            spec = bool(server_info["speculative_algorithm"])
-        if server_info:
-            config["server_info"] = redact(_scalars(server_info))
-    if kind == "llamacpp":
-        n_slots = _int(props.get("total_slots")) or (len(slots_list) or None)
-        if slot_ctx:
-            kv_pool = sum(slot_ctx)
-            kv_source = f"sum of /slots n_ctx ({len(slot_ctx)} slots)"
-        if slots_list:
-            spec = any(bool(s.get("speculative")) for s in slots_list)
-        if props:
-            pc = {k: v for k, v in props.items() if k not in _PROPS_DROP}
-            pc["chat_template_sha256_16"] = _chat_template_digest(props.get("chat_template"))
-            config["props"] = redact(pc)
-        if props.get("is_sleeping"):
-            notes.append("llama-server reports is_sleeping: the first request will reload")
-
-    # cached tokens reported per request
-    cached: bool | None = None
-    cached_source: str | None = None
-    if kind == "llamacpp":
-        cached, cached_source = True, "timings.cache_n"
-    elif kind == "sglang" and "enable_cache_report" in server_info:
-        cached = bool(server_info["enable_cache_report"])
-        cached_source = "usage.prompt_tokens_details.cached_tokens" if cached else None
-    if send_test_request and model is not None:
-        test = await _test_request(session, base, headers, model, timeout_s * 6)
-        if test is None:
-            notes.append("test request failed; cached-token reporting not checked")
-        else:
-            in_usage, in_timings = test
-            if in_usage:
-                cached, cached_source = True, "usage.prompt_tokens_details.cached_tokens"
-            elif in_timings:
-                cached, cached_source = True, "timings.cache_n"
-            else:
-                cached, cached_source = False, None
-    cached_flag = CACHED_TOKENS_FLAGS.get(kind) if cached is not True else None
-
+    a = _read_answers(r, cards)
+    kind, evidence, version = _identify(a)
+    context, context_source = _context(a)
+    a.config["models"] = _models_config(cards)
+    metrics_available = _metrics_available(a)
+    cap = _capacity(kind, a)
+    cached, cached_source = _cached_tokens_declared(kind, a.server_info)
+    if send_test_request and a.model is not None:
+        tested = await _cached_tokens_tested(session, base, headers, a.model, timeout_s, a.notes)
+        if tested is not None:
+            cached, cached_source = tested
     return ProbeResult(
         target=shown,
         reachable=True,
         openai_compatible=True,
-        health=health_text,
+        health=health,
         kind=kind,
         kind_evidence=evidence,
         version=version,
-        model=model,
-        models=models,
+        model=a.model,
+        models=[c["id"] for c in cards if isinstance(c.get("id"), str)],
         context_length=context,
         context_source=context_source,
-        n_ctx_train=n_ctx_train,
+        n_ctx_train=_int(_dict(a.first.get("meta")).get("n_ctx_train")),
         metrics_available=metrics_available,
-        metrics_dialect=dialect,
-        metrics_flag=metrics_flag,
+        metrics_dialect=a.dialect,
+        metrics_flag=None if metrics_available else METRICS_FLAGS.get(kind),
         cached_tokens_reported=cached,
         cached_tokens_source=cached_source,
-        cached_tokens_flag=cached_flag,
-        kv_pool_tokens=kv_pool,
-        kv_pool_source=kv_source,
-        slots=n_slots,
-        slot_n_ctx=slot_ctx,
-        prefix_caching=prefix_caching,
-        spec_decode=spec,
+        cached_tokens_flag=CACHED_TOKENS_FLAGS.get(kind) if cached is not True else None,
+        kv_pool_tokens=cap.kv_pool,
+        kv_pool_source=cap.kv_source,
+        slots=cap.slots,
+        slot_n_ctx=a.slot_ctx,
+        prefix_caching=cap.prefix_caching,
+        spec_decode=cap.spec_decode,
         endpoints=endpoints,
-        effective_config=config,
-        notes=notes,
+        effective_config=a.config,
+        notes=a.notes,
     )
 
 
