@@ -12,6 +12,7 @@ compared run by run instead: that shows the run-to-run noise itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,85 +96,127 @@ def _diff_cell(d: Difference, as_pct: bool = False) -> str:
     return f"{'+' if d.diff >= 0 else ''}{f(d.diff)} [{f(d.low)}, {f(d.high)}]"
 
 
+METHOD = (
+    f"Per-request figures: percentile bootstrap 95% CI of the difference of means "
+    f"({BOOTSTRAP_RESAMPLES} resamples, fixed seed), requests pooled over a group's runs; "
+    "the hit rate is a ratio of sums, bootstrapped the same way. Requests within a run "
+    "are correlated, so these intervals are optimistic: prefer repeated runs, whose "
+    "run-level figures are judged with Welch's t-test (95%), as is ITL p95 over every "
+    "gap (one figure per run; a group's cell pools its runs' gaps). A difference is "
+    "'significant' when its interval excludes zero."
+)
+"""How the headline table's intervals and judgements are worked out, printed under it."""
+
+
 def compare(run_dirs: list[Path]) -> Comparison:
+    """Analyse each run, group the repeats, and set their headline figures, verdicts and
+    fingerprint differences side by side (the first group is the base of every diff)."""
     analyses = [analyze(p) for p in run_dirs]
-    runs = [a.run for a in analyses]
-    groups, group_note = make_groups(runs)
+    groups, group_note = make_groups([a.run for a in analyses])
+    changed = diff([g.fingerprint for g in groups])
+    return Comparison(
+        groups,
+        Table("Headline figures", _columns(groups), _figure_rows(groups, analyses), id="compare"),
+        _verdicts(groups, analyses),
+        _fingerprints(groups, changed),
+        _notes(groups, group_note, changed),
+        METHOD,
+    )
+
+
+def _columns(groups: list[Group]) -> list[str]:
+    """Each group's mean ± sd, then for each other group its difference from the base."""
     base = groups[0]
     columns = ["figure"] + [f"{g.label} (mean ± sd, n)" for g in groups]
     for g in groups[1:]:
         columns += [f"{g.label} − {base.label} [95% CI]", f"{g.label} vs {base.label}"]
-    rows: list[list[str]] = []
+    return columns
 
-    def pooled(g: Group, key: str) -> list[float]:
-        return [v for r in g.runs for v in values(r.main, key)]
 
-    for key, label, unit in PER_REQUEST:
-        row = [f"{label} ({unit})"]
-        for g in groups:
-            d = describe(pooled(g, key))
-            row.append(f"{num(d.mean)} ± {num(d.sd)} (n={d.n})" if d.n else "-")
-        for g in groups[1:]:
-            dd = bootstrap_mean_diff(pooled(base, key), pooled(g, key))
-            judge = _judge(dd)
-            if len(base.runs) > 1 and len(g.runs) > 1:
-                w = welch(
-                    [m for r in base.runs if (m := describe(values(r.main, key)).mean) is not None],
-                    [m for r in g.runs if (m := describe(values(r.main, key)).mean) is not None],
-                )
-                judge += f"; over runs (Welch): {_judge(w)}"
-            row += [_diff_cell(dd), judge]
-        rows.append(row)
-
+def _figure_rows(groups: list[Group], analyses: list[Analysis]) -> list[list[str]]:
+    """The headline table's rows: per-request figures, ITL, the hit rate, per-run figures."""
+    rows = [_per_request_row(groups, key, label, unit) for key, label, unit in PER_REQUEST]
     rows += itl_rows(groups, {id(a.run): a for a in analyses})
-
-    def pairs(g: Group) -> tuple[list[float], list[float]]:
-        c: list[float] = []
-        p: list[float] = []
-        for r in g.runs:
-            a, b = figures.cache_pairs(r.main)
-            c += a
-            p += b
-        return c, p
-
-    row = ["prefix-cache hit (cached / prompt)"]
-    for g in groups:
-        c, p = pairs(g)
-        row.append(f"{pct(sum(c) / sum(p))} (n={len(p)})" if p and sum(p) else "-")
-    for g in groups[1:]:
-        (ca, pa), (cb, pb) = pairs(base), pairs(g)
-        dd = bootstrap_ratio_diff(ca, pa, cb, pb)
-        row += [_diff_cell(dd, as_pct=True), _judge(dd)]
-    rows.append(row)
-
+    rows.append(_cache_row(groups))
     for label, fn in (
         ("aggregate output tok/s (per run)", aggregate_tok_s),
         ("server hit rate (per run)", _server_hit),
     ):
-        per_group = [[v for r in g.runs if (v := fn(r)) is not None] for g in groups]
-        row = [label]
-        for vals in per_group:
-            d = describe(vals)
-            row.append(f"{num(d.mean)} ± {num(d.sd)} (runs={d.n})" if d.n else "-")
-        for vals in per_group[1:]:
-            w = welch(per_group[0], vals)
-            judge = _judge(w)
-            if w.significant is None:
-                judge = "too few runs to judge (need 2+ per group)"
-            row += [_diff_cell(w), judge]
-        rows.append(row)
+        rows.append(_per_run_row(groups, label, fn))
+    return rows
 
-    method = (
-        f"Per-request figures: percentile bootstrap 95% CI of the difference of means "
-        f"({BOOTSTRAP_RESAMPLES} resamples, fixed seed), requests pooled over a group's runs; "
-        "the hit rate is a ratio of sums, bootstrapped the same way. Requests within a run "
-        "are correlated, so these intervals are optimistic: prefer repeated runs, whose "
-        "run-level figures are judged with Welch's t-test (95%), as is ITL p95 over every "
-        "gap (one figure per run; a group's cell pools its runs' gaps). A difference is "
-        "'significant' when its interval excludes zero."
-    )
-    changed = diff([g.fingerprint for g in groups])
-    fp_rows = [[k, *vals] for k, vals in changed]
+
+def _pooled(g: Group, key: str) -> list[float]:
+    """A per-request figure over every run of a group, its requests pooled."""
+    return [v for r in g.runs for v in values(r.main, key)]
+
+
+def _per_request_row(groups: list[Group], key: str, label: str, unit: str) -> list[str]:
+    """One per-request figure: bootstrap over the pooled requests, and Welch over the
+    runs' means when both groups are repeated runs."""
+    base = groups[0]
+    row = [f"{label} ({unit})"]
+    for g in groups:
+        d = describe(_pooled(g, key))
+        row.append(f"{num(d.mean)} ± {num(d.sd)} (n={d.n})" if d.n else "-")
+    for g in groups[1:]:
+        dd = bootstrap_mean_diff(_pooled(base, key), _pooled(g, key))
+        judge = _judge(dd)
+        if len(base.runs) > 1 and len(g.runs) > 1:
+            w = welch(
+                [m for r in base.runs if (m := describe(values(r.main, key)).mean) is not None],
+                [m for r in g.runs if (m := describe(values(r.main, key)).mean) is not None],
+            )
+            judge += f"; over runs (Welch): {_judge(w)}"
+        row += [_diff_cell(dd), judge]
+    return row
+
+
+def _cache_pairs(g: Group) -> tuple[list[float], list[float]]:
+    """Every request's (cached, prompt) tokens over a group's runs, as two lists."""
+    c: list[float] = []
+    p: list[float] = []
+    for r in g.runs:
+        a, b = figures.cache_pairs(r.main)
+        c += a
+        p += b
+    return c, p
+
+
+def _cache_row(groups: list[Group]) -> list[str]:
+    """The prefix-cache hit rate: a ratio of sums per group, its difference bootstrapped."""
+    row = ["prefix-cache hit (cached / prompt)"]
+    for g in groups:
+        c, p = _cache_pairs(g)
+        row.append(f"{pct(sum(c) / sum(p))} (n={len(p)})" if p and sum(p) else "-")
+    for g in groups[1:]:
+        (ca, pa), (cb, pb) = _cache_pairs(groups[0]), _cache_pairs(g)
+        dd = bootstrap_ratio_diff(ca, pa, cb, pb)
+        row += [_diff_cell(dd, as_pct=True), _judge(dd)]
+    return row
+
+
+def _per_run_row(
+    groups: list[Group], label: str, fn: Callable[[RunData], float | None]
+) -> list[str]:
+    """A figure with one value per run, judged over runs (Welch; 2+ runs per group)."""
+    per_group = [[v for r in g.runs if (v := fn(r)) is not None] for g in groups]
+    row = [label]
+    for vals in per_group:
+        d = describe(vals)
+        row.append(f"{num(d.mean)} ± {num(d.sd)} (runs={d.n})" if d.n else "-")
+    for vals in per_group[1:]:
+        w = welch(per_group[0], vals)
+        judge = _judge(w)
+        if w.significant is None:
+            judge = "too few runs to judge (need 2+ per group)"
+        row += [_diff_cell(w), judge]
+    return row
+
+
+def _notes(groups: list[Group], group_note: str, changed: list[tuple[str, list[str]]]) -> list[str]:
+    """How the runs were grouped, which runs each group holds, and what the fingerprint
+    difference (or its absence) means."""
     notes = [group_note] if group_note else []
     for g in groups:
         notes.append(f"{g.label}: " + ", ".join(r.run_id for r in g.runs))
@@ -184,8 +227,13 @@ def compare(run_dirs: list[Path]) -> Comparison:
             "The scenario changed but nothing the server reports did (version, effective "
             "config, KV pool, model): a changed flag may not have taken effect (field note 8)."
         )
+    return notes
+
+
+def _verdicts(groups: list[Group], analyses: list[Analysis]) -> Table:
+    """Each run's verdict, SLO grades and capacity answer, as its own report gives them."""
     label_of = {id(r): g.label for g in groups for r in g.runs}
-    verdicts = Table(
+    return Table(
         "Verdicts and capacity, run by run",
         [
             "run",
@@ -217,19 +265,17 @@ def compare(run_dirs: list[Path]) -> Comparison:
         "the request's ITL p95 within it (slo.itl_p95 set, the run has tokens.bin).",
         id="verdicts",
     )
-    return Comparison(
-        groups,
-        Table("Headline figures", columns, rows, id="compare"),
-        verdicts,
-        Table(
-            "Fingerprint differences",
-            ["what", *(g.label for g in groups)],
-            fp_rows,
-            note="" if fp_rows else "none",
-            id="fingerprint-diff",
-        ),
-        notes,
-        method,
+
+
+def _fingerprints(groups: list[Group], changed: list[tuple[str, list[str]]]) -> Table:
+    """What differs between the groups' fingerprints, one row per key."""
+    fp_rows = [[k, *vals] for k, vals in changed]
+    return Table(
+        "Fingerprint differences",
+        ["what", *(g.label for g in groups)],
+        fp_rows,
+        note="" if fp_rows else "none",
+        id="fingerprint-diff",
     )
 
 

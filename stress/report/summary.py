@@ -299,6 +299,21 @@ def _outcomes(group: dict[str, Any]) -> dict[str, int]:
 
 def render_summary(summary: dict[str, Any]) -> str:
     """A terminal table of the headline figures and the warnings."""
+    return "\n".join(
+        [
+            *_head_lines(summary),
+            *_metric_lines(summary),
+            *_total_lines(summary),
+            *_phase_lines(summary),
+            *_step_lines(summary),
+            *(f"WARNING: {w['message']}" for w in summary["warnings"]),
+        ]
+    )
+
+
+def _head_lines(summary: dict[str, Any]) -> list[str]:
+    """The verdict and capacity, what ran, the request count and outcomes, the load, the
+    errors and the stalls."""
     o = summary["overall"]
     verdict = summary.get("verdict") or {}
     capacity = (summary.get("capacity") or {}).get("sentence")
@@ -328,9 +343,23 @@ def render_summary(summary: dict[str, Any]) -> str:
             f"  longest silence in a stream: p50 {_fmt(gap['p50'], 's')}  p95 "
             f"{_fmt(gap['p95'], 's')}  max {_fmt(gap['max'], 's')} (n {gap['n']})"
         )
-    lines.append("")
-    lines.append(f"{'metric':<14}{'n':>6}{'mean':>10}{'sd':>10}{'p50':>10}{'p95':>10}{'p99':>10}")
+    return lines
+
+
+def _stat_line(label: str, s: dict[str, Any]) -> str:
+    """One row of the metric table: n, mean, sd, p50, p95, p99."""
+    return (
+        f"{label:<14}{s['n']:>6}{_fmt(s['mean']):>10}{_fmt(s['sd']):>10}"
+        f"{_fmt(s['p50']):>10}{_fmt(s['p95']):>10}{_fmt(s['p99']):>10}"
+    )
+
+
+def _metric_lines(summary: dict[str, Any]) -> list[str]:
+    """The metric table (non-warm-up requests; TPOT and ITL from token timing when the run
+    has it) and the goodput over TTFT and ITL."""
+    o = summary["overall"]
     tt = summary.get("token_timing") or {}
+    lines = ["", f"{'metric':<14}{'n':>6}{'mean':>10}{'sd':>10}{'p50':>10}{'p95':>10}{'p99':>10}"]
     for m, label in (
         ("ttft_s", "TTFT s"),
         ("ttfc_s", "TTFC s"),
@@ -338,58 +367,65 @@ def render_summary(summary: dict[str, Any]) -> str:
         ("e2e_s", "e2e s"),
         ("queue_s", "queue s"),
     ):
-        s = o[m]
-        lines.append(
-            f"{label:<14}{s['n']:>6}{_fmt(s['mean']):>10}{_fmt(s['sd']):>10}"
-            f"{_fmt(s['p50']):>10}{_fmt(s['p95']):>10}{_fmt(s['p99']):>10}"
-        )
+        lines.append(_stat_line(label, o[m]))
     for key, label in (("tpot_s", "TPOT s"), ("itl_s", "ITL s")):
         s = tt.get(key) or {}
         if s.get("n"):  # ITL: n counts gaps, not requests
-            lines.append(
-                f"{label:<14}{s['n']:>6}{_fmt(s['mean']):>10}{_fmt(s['sd']):>10}"
-                f"{_fmt(s['p50']):>10}{_fmt(s['p95']):>10}{_fmt(s['p99']):>10}"
-            )
+            lines.append(_stat_line(label, s))
     if tt.get("goodput_ttft_itl") is not None:
         lines.append(
             f"goodput (TTFT + ITL p95 <= {_fmt(tt.get('slo_itl_p95_s'), 's')}): "
             f"{100 * tt['goodput_ttft_itl']:.0f}% of turns"
         )
+    return lines
+
+
+def _total_lines(summary: dict[str, Any]) -> list[str]:
+    """Throughput, token totals, the prefix cache and the longest conversation."""
+    o = summary["overall"]
     share = o.get("cached_share")
     ret = o.get("cache_retention")
-    lines.append("")
-    lines.append(
+    return [
+        "",
         f"output {_fmt(o.get('output_tok_s'))} tok/s aggregate   prompt tokens "
         f"{o['prompt_tokens']:,}   completion tokens {o['completion_tokens']:,}   "
         f"cached share {'-' if share is None else f'{100 * share:.0f}%'}   retention "
         f"{'-' if ret is None else f'{100 * ret:.0f}%'}   max conversation "
-        f"{o['max_conversation_tokens']:,} tokens   cache mode {summary.get('cache_mode')}"
-    )
-    if summary.get("phases"):
-        lines.append("")
+        f"{o['max_conversation_tokens']:,} tokens   cache mode {summary.get('cache_mode')}",
+    ]
+
+
+def _phase_lines(summary: dict[str, Any]) -> list[str]:
+    """One row per phase of a sweep, in run order; nothing for a run without phases."""
+    if not summary.get("phases"):
+        return []
+    lines = [
+        "",
+        f"{'phase':<16}{'users':>6}{'n':>6}{'TTFT p50':>10}{'TTFT p95':>10}"
+        f"{'decode p50':>12}{'e2e p50':>10}{'errors':>8}",
+    ]
+    for label, g in summary["phases"].items():
         lines.append(
-            f"{'phase':<16}{'users':>6}{'n':>6}{'TTFT p50':>10}{'TTFT p95':>10}"
-            f"{'decode p50':>12}{'e2e p50':>10}{'errors':>8}"
+            f"{label:<16}{g['users']:>6}{g['requests']:>6}{_fmt(g['ttft_s']['p50']):>10}"
+            f"{_fmt(g['ttft_s']['p95']):>10}{_fmt(g['decode_tok_s']['p50']):>12}"
+            f"{_fmt(g['e2e_s']['p50']):>10}{_outcomes(g)['error']:>8}"
         )
-        for label, g in summary["phases"].items():
-            lines.append(
-                f"{label:<16}{g['users']:>6}{g['requests']:>6}{_fmt(g['ttft_s']['p50']):>10}"
-                f"{_fmt(g['ttft_s']['p95']):>10}{_fmt(g['decode_tok_s']['p50']):>12}"
-                f"{_fmt(g['e2e_s']['p50']):>10}{_outcomes(g)['error']:>8}"
-            )
-    if summary.get("phase_steps"):
-        lines.append("")
-        lines.append("steps pooled over their passes (mean ± sd of per-pass figures):")
-        for step, g in summary["phase_steps"].items():
-            parts = [f"{step}: {g['passes']} passes"]
-            for key, label in (
-                ("ttft_p50_s", "TTFT p50"),
-                ("decode_p50_tok_s", "decode p50"),
-                ("output_tok_s", "output tok/s"),
-            ):
-                if key in g:
-                    parts.append(f"{label} {_fmt(g[key]['mean'])} ± {_fmt(g[key]['sd'])}")
-            lines.append("  " + "   ".join(parts))
-    for w in summary["warnings"]:
-        lines.append(f"WARNING: {w['message']}")
-    return "\n".join(lines)
+    return lines
+
+
+def _step_lines(summary: dict[str, Any]) -> list[str]:
+    """Repeated steps pooled over their passes (mean ± sd); nothing without repeats."""
+    if not summary.get("phase_steps"):
+        return []
+    lines = ["", "steps pooled over their passes (mean ± sd of per-pass figures):"]
+    for step, g in summary["phase_steps"].items():
+        parts = [f"{step}: {g['passes']} passes"]
+        for key, label in (
+            ("ttft_p50_s", "TTFT p50"),
+            ("decode_p50_tok_s", "decode p50"),
+            ("output_tok_s", "output tok/s"),
+        ):
+            if key in g:
+                parts.append(f"{label} {_fmt(g[key]['mean'])} ± {_fmt(g[key]['sd'])}")
+        lines.append("  " + "   ".join(parts))
+    return lines
