@@ -78,7 +78,7 @@ def main() -> None:
     import stress.net.http1 as http1
 
     steps = ("get_tokenizer", "Corpus", "new_run_dir", "Recorder", "write_json", "ChatClient")
-    for name in (*steps, "versions", "platform_text", "_collectors"):
+    for name in (*steps, "versions", "platform_text", "make_collectors"):
         wrap(run, name)
     wrap(engine, "build_body")
     wrap(gpu_collector, "open_backends")  # in the GPU collector's thread

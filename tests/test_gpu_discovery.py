@@ -121,10 +121,11 @@ async def test_a_gpu_that_never_answers_is_said_at_the_end(
 ) -> None:
     import orjson
 
+    import stress.runtime.background
     import stress.runtime.run
     from stress.config.scenario import load_scenario
 
-    monkeypatch.setattr(stress.runtime.run, "LATE_GPU_WAIT_S", 0.2)
+    monkeypatch.setattr(stress.runtime.background, "LATE_GPU_WAIT_S", 0.2)
     found = _slow_child(tmp_path, monkeypatch, 60)
     proc = found._proc
     assert proc is not None

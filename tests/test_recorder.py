@@ -21,7 +21,7 @@ import pytest
 
 from stress.core.events import RunEvent
 from stress.core.record import RequestRecord
-from stress.runtime.run import _flusher
+from stress.runtime.background import flusher
 from stress.store.recorder import Recorder
 from stress.store.token_times import FILE_NAME as TOKENS_FILE
 from stress.store.token_times import ReadReport, read_frames
@@ -185,7 +185,7 @@ async def test_the_flusher_stops_the_run_when_a_write_fails(small_disk: Path) ->
         stopped.set()
 
     stop = asyncio.Event()
-    task = asyncio.create_task(_flusher(r, stop, on_failure))
+    task = asyncio.create_task(flusher(r, stop, on_failure))
     r.write_request(record(0))
     await asyncio.wait_for(stopped.wait(), timeout=30)  # the flusher runs once a second
     assert not task.done()  # it did not die

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from stress.collectors.base import Collector, RunClock
 from stress.core.events import RunEvent
-from stress.runtime.run import _run_collector
+from stress.runtime.background import run_collector
 from stress.store.recorder import Recorder
 from tests.fakes import FakeServer, chunk, ok_script, serve
 from tests.test_recorder import fill, small_disk
@@ -219,7 +219,7 @@ async def test_a_collector_that_dies_says_so(tmp_path: Path) -> None:
     seen: list[RunEvent] = []
     rec = Recorder(tmp_path, on_event=seen.append)
     clock = RunClock.start()
-    await _run_collector(_Broken(rec, clock, 1.0), rec, clock, asyncio.Event())
+    await run_collector(_Broken(rec, clock, 1.0), rec, clock, asyncio.Event())
     rec.close()
     [ev] = seen
     assert ev.kind == "collector_failed" and ev.severity == "error"
@@ -251,7 +251,7 @@ async def test_the_gpu_collector_starts_after_the_first_request_or_at_the_stop(
     for trigger in ("first", "stop"):
         gpu = _Started(rec, clock, 1.0)
         first, stop = asyncio.Event(), asyncio.Event()
-        task = asyncio.create_task(_run_collector(gpu, rec, clock, stop, after=first))
+        task = asyncio.create_task(run_collector(gpu, rec, clock, stop, after=first))
         await asyncio.sleep(0.05)
         assert gpu.started == []  # waiting
         (first if trigger == "first" else stop).set()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stress.runtime.run import PACKAGES, platform_text, versions
+from stress.runtime.provenance import PACKAGES, platform_text, versions
 
 
 def test_the_versions_are_the_installed_ones() -> None:

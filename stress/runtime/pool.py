@@ -331,6 +331,11 @@ class WorkerPool:
         await self.launcher.close()
 
     @property
+    def first_written(self) -> None:
+        """The workers write the requests, not this process (``Executor.first_written``)."""
+        return None
+
+    @property
     def last_byte(self) -> float:
         """When a stream of any worker last received bytes (perf time), for the hang watch."""
         return max((w.last_byte for w in self.workers), default=0.0)

@@ -159,7 +159,7 @@ def test_a_run_against_the_simulator_reads_only_simulated_cards(tmp_path: Path) 
     from stress.collectors.gpu.fake import RecordingSink
     from stress.config.scenario import load_scenario
     from stress.live.hangs import HangGate
-    from stress.runtime.run import _collectors
+    from stress.runtime.background import make_collectors
     from stress.runtime.target import Target
 
     p = tmp_path / "s.yaml"
@@ -168,7 +168,7 @@ def test_a_run_against_the_simulator_reads_only_simulated_cards(tmp_path: Path) 
     sink = RecordingSink()
 
     def gpu_backends(target: Target) -> list[Any]:
-        out = _collectors(
+        out = make_collectors(
             loaded, sink, RunClock.start(), None, target, "vllm", HangGate(sink.event)
         )  # type: ignore[arg-type]
         gpu = next(c for c in out if isinstance(c, GpuCollector))
