@@ -13,8 +13,9 @@ import io
 
 from stress.core.events import RunEvent
 from stress.core.record import RequestRecord
-from stress.live.headless import REQUEST_LINES, HeadlessPrinter
+from stress.live.headless import HeadlessPrinter
 from stress.live.state import Live
+from stress.live.throttle import REQUEST_LINES
 
 
 def sent(live: Live, user: int, t_start: float) -> RequestRecord:
@@ -119,7 +120,7 @@ def test_the_printer_holds_counts_not_events() -> None:
     for i in range(10_000):
         printer.on_event(RunEvent(float(i), "request_failed", "HTTP 503", "warning", user=0))
     assert len(out.getvalue().splitlines()) == REQUEST_LINES
-    assert printer._held == {"request_failed": 10_000 - REQUEST_LINES}
+    assert printer._requests.held == {"request_failed": 10_000 - REQUEST_LINES}
 
 
 def drive(live: Live) -> Live:

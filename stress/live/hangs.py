@@ -1,9 +1,9 @@
 """One hang, one event: the two hang detectors report through a gate.
 
 A hang is seen from two sides (field note 5): the client's watch (requests in flight, not a
-byte on any stream, ``stress.runtime.background.monitor``) and the server collector (work waiting, no generation
-progress in /metrics). Each wrote its own ``hang_suspected``, so one hang counted as two
-(issue 13). Both now report here: the first detector to see a hang emits
+byte on any stream, ``stress.runtime.background.monitor``) and the server collector (work
+waiting, no generation progress in /metrics). Each wrote its own ``hang_suspected``, so one
+hang counted as two (issue 13). Both now report here: the first detector to see a hang emits
 ``hang_suspected`` (with its ``source``); a second one that sees the same hang emits
 ``hang_corroborated`` (info, its source kept); ``hang_cleared`` comes when the last
 detector clears, earlier clears are ``hang_partly_cleared``. So counting

@@ -30,10 +30,9 @@ from stress.core.durations import format_duration
 from stress.core.events import RunEvent
 from stress.core.secrets import REDACTOR
 from stress.live.state import REQUEST_EVENT_KINDS, RUN_FAILURE_KINDS, SILENT_AFTER_S, Snapshot
+from stress.live.throttle import RequestLines
 
 MAX_PER_KIND = 5
-REQUEST_LINES = 5
-"""Per-request event lines printed per status interval; the rest are counted."""
 LONGEST_WAITS = 3
 """Users named in the status line's ``longest waits`` part."""
 
@@ -66,8 +65,7 @@ class HeadlessPrinter:
         self.interval_s = interval_s
         self.out = stream or sys.stdout
         self._kinds: Counter[str] = Counter()
-        self._window_lines = 0
-        self._held: Counter[str] = Counter()
+        self._requests = RequestLines()
         self._scale: float | None = None
 
     @property
@@ -94,11 +92,8 @@ class HeadlessPrinter:
             return
         self._kinds[ev.kind] += 1
         if ev.kind in REQUEST_EVENT_KINDS:
-            if self._window_lines < REQUEST_LINES:
-                self._window_lines += 1
+            if self._requests.admit(ev.kind):
                 self._event_line(ev)
-            else:
-                self._held[ev.kind] += 1
             return
         n = self._kinds[ev.kind]
         if n <= MAX_PER_KIND:
@@ -111,12 +106,9 @@ class HeadlessPrinter:
 
     def end_interval(self) -> None:
         """Say how many per-request events were not printed, and open a new budget."""
-        if self._held:
-            n = sum(self._held.values())
-            kinds = ", ".join(f"{k} {v}" for k, v in sorted(self._held.items()))
-            self.line(f"         ... and {n} more ({kinds}): see events.jsonl")
-            self._held.clear()
-        self._window_lines = 0
+        held = self._requests.new_window()
+        if held is not None:
+            self.line(f"         {held}")
 
     def failures(self) -> list[str]:
         """The run-level failures so far, as status-line parts."""

@@ -7,8 +7,9 @@ report never reads any of it: it is built from the run's files.
 
 Per-request events (a failed request, an empty reply, a stall) can come by the hundred
 when a server falls over, so at most ``REQUEST_LINES`` of them reach the log per
-``REQUEST_WINDOW_S``; the rest are counted in one "... and K more" line. Run-level failures
-(the recorder, a collector, a user's task) are never held back.
+``REQUEST_WINDOW_S``; the rest are counted in one "... and K more" line
+(``stress.live.throttle``, the status lines' rule too). Run-level failures (the recorder, a
+collector, a user's task) are never held back.
 
 Times are on the snapshot's clock (simulated seconds in a time-scaled simulator run; the
 events come on the wall clock and are converted here); the flood window and the power
@@ -27,6 +28,7 @@ from rich.text import Text
 from stress.analysis.runfiles import sim_seconds
 from stress.core.events import RunEvent
 from stress.live.state import REQUEST_EVENT_KINDS, Snapshot
+from stress.live.throttle import RequestLines
 from stress.tui.format import gpu_cards, total_power
 from stress.tui.verdict import HARDWARE_KINDS, Verdict, judge
 from stress.tui.widgets.events import event_text, message_text
@@ -34,7 +36,6 @@ from stress.tui.widgets.events import event_text, message_text
 PENDING = 500
 POWER_HISTORY = 300
 POWER_EVERY_S = 1.0
-REQUEST_LINES = 5
 REQUEST_WINDOW_S = 1.0
 STOPPING = "stopping: finishing in-flight requests; press q/ctrl+c again to cancel them"
 CANCELLING = "cancelling the requests still in flight; the run directory is being completed"
@@ -64,9 +65,7 @@ class Feed:
         self.stops = 0
         self.last_t: float | None = None
         self._window_t = -math.inf
-        self._window_lines = 0
-        self.held: Counter[str] = Counter()
-        """Per-request events not shown in the current window, by kind."""
+        self.requests = RequestLines()
         self._scale: float | None = None
 
     @property
@@ -88,23 +87,19 @@ class Feed:
         if per_request:
             t = sim_seconds(ev.t, self.time_scale)
             if t >= self._window_t + sim_seconds(REQUEST_WINDOW_S, self.time_scale):
-                self._release_held()
-                self._window_t, self._window_lines = t, 0
-            if self._window_lines >= REQUEST_LINES:
-                self.held[ev.kind] += 1
+                self._release_held(new_window=True)
+                self._window_t = t
+            if not self.requests.admit(ev.kind):
                 return
-            self._window_lines += 1
         self._push(event_text(ev, self.time_scale))
 
     def add_line(self, text: str) -> None:
         self._push(message_text(self.last_t, text))
 
-    def _release_held(self) -> None:
-        if self.held:
-            n = sum(self.held.values())
-            kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.held.items()))
-            self._push(message_text(self.last_t, f"... and {n} more ({kinds}): see events.jsonl"))
-            self.held.clear()
+    def _release_held(self, new_window: bool = False) -> None:
+        held = self.requests.new_window() if new_window else self.requests.release()
+        if held is not None:
+            self._push(message_text(self.last_t, held))
 
     def _push(self, line: Text) -> None:
         if len(self.pending) == self.pending.maxlen:
@@ -114,7 +109,7 @@ class Feed:
     # --- from the app ----------------------------------------------------------------
 
     def drain(self) -> list[Text]:
-        if self.held:
+        if self.requests.held:
             window = sim_seconds(REQUEST_WINDOW_S, self.time_scale)
             if (self.last_t or 0.0) >= self._window_t + window:
                 self._release_held()

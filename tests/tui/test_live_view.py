@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from stress.core.events import RunEvent
 from stress.core.record import RequestRecord
 from stress.live.state import Live
+from stress.live.throttle import REQUEST_LINES
 from stress.tui import TuiSink
 from stress.tui.app import StressApp
-from stress.tui.feed import REQUEST_LINES
 from stress.tui.widgets.detail import UserDetail
 from stress.tui.widgets.header import RunHeader
 from tests.tui.data import HEADER
