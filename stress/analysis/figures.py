@@ -5,180 +5,82 @@ and the live view used to compute these each on their own, and disagreed (a verd
 TTFT p95 over failed requests too, a live retention above 100 %, J/token over every card,
 a KV pool the probe found but the report did not). Every one of them now calls the
 function here. Pure functions over record dicts and numbers: no UI, no plotting.
+
+A figure is one function registered with ``@figure(name)``, its docstring's
+``Population:`` and ``Formula:`` paragraphs its definition; a figure measured elsewhere
+(while a reply is read, from tokens.bin, by a collector) is a ``FigureDef`` whose ``where``
+names that function. ``FIGURES`` orders both for the report and docs/metrics.md;
+``tests/analysis/test_figure_registry.py`` checks the registry and scans the outputs for a
+figure computed outside it.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+import sys
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 Record = Mapping[str, Any]
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
 @dataclass(frozen=True, slots=True)
 class FigureDef:
-    """One figure: its name, which requests (or samples) count, and its formula."""
+    """One figure: its name, which requests (or samples) count, its formula, and where
+    (``module:function``) it is computed."""
 
     name: str
     population: str
     formula: str
+    where: str = ""
 
 
-FIGURES: tuple[FigureDef, ...] = (
-    FigureDef(
-        "TTFT",
-        "per request",
-        "first chunk carrying generated text (reasoning or content) - request sent",
-    ),
-    FigureDef("TTFC", "per request", "first chunk carrying answer content - request sent"),
-    FigureDef(
-        "decode tok/s", "per request", "(completion_tokens - 1) / (t_last_token - t_first_token)"
-    ),
-    FigureDef(
-        "e2e",
-        "per request",
-        "last byte - request sent (the client's own queueing is reported apart, queue_s)",
-    ),
-    FigureDef(
-        "TTFT p95 (the SLO's figure)",
-        "non-warm-up requests that generated text (ok, reasoning_only); a request that "
-        "failed after its first token is not counted",
-        "95th percentile (linear) of ttft_s, with a percentile bootstrap 95% interval",
-    ),
-    FigureDef(
-        "decode p50 (the SLO's figure)",
-        "as TTFT p95",
-        "median of decode_tok_s, with a percentile bootstrap 95% interval",
-    ),
-    FigureDef(
-        "SLO factor",
-        "one SLO figure; judged from 20 samples",
-        "figure / limit (TTFT) or limit / figure (decode): above 1 missed, above 2 FAIL",
-    ),
-    FigureDef(
-        "goodput",
-        "non-warm-up turns, every outcome (overall, per user, per capacity bucket)",
-        "share answered (ok) with TTFT <= the TTFT limit and decode >= the decode floor",
-    ),
-    FigureDef(
-        "longest silence",
-        "every non-warm-up request that has one, failed ones (stalls) included",
-        "max_gap_s: the longest gap between two chunks after the first token, per stream",
-    ),
-    FigureDef(
-        "ITL",
-        "gaps between consecutive chunks that carried generated text (content or "
-        "reasoning) of non-warm-up streamed requests that generated text (ok, "
-        "reasoning_only), from tokens.bin; overall, per user, per conversation-length bucket",
-        "receive time of text chunk k+1 - text chunk k (chunks in one read: 0); percentiles "
-        "from log bins of 1/128 decade (within 1%), mean and max exact",
-    ),
-    FigureDef(
-        "ITL per request",
-        "as ITL, one request's own gaps",
-        "p50, p95 (linear) and max of its gaps; the ITL p95 per request is distributed over "
-        "requests",
-    ),
-    FigureDef(
-        "TPOT",
-        "per request, as TTFT p95 (overall, per user, per conversation-length bucket)",
-        "(t_last_token - t_first_token) / (completion_tokens - 1), i.e. 1 / decode tok/s",
-    ),
-    FigureDef(
-        "goodput (TTFT + ITL)",
-        "non-warm-up turns, every outcome (overall, per user), when slo.itl_p95 is set and "
-        "the run has tokens.bin",
-        "share answered (ok) with TTFT <= the TTFT limit (when set) and the request's own "
-        "ITL p95 <= slo.itl_p95 (a reply of one chunk: TTFT alone)",
-    ),
-    FigureDef(
-        "output tokens",
-        "non-warm-up requests, every outcome",
-        "sum of completion_tokens (a truncated reply's tokens were generated too)",
-    ),
-    FigureDef(
-        "aggregate output tok/s",
-        "non-warm-up requests",
-        "output tokens / run duration; spread over 30 equal time windows",
-    ),
-    FigureDef(
-        "offered load",
-        "open-loop runs (arrivals): every arrival, admitted or not (session_ended events)",
-        "arrivals / the window sessions arrived in, per minute; offered requests/s = that "
-        "/ 60 x the mean rounds drawn; gap CV = sd / mean of the gaps between arrivals",
-    ),
-    FigureDef(
-        "achieved load",
-        "open-loop runs: sessions admitted, sessions that did all their rounds, requests",
-        "admitted / arrival window and completed / run duration, per minute; requests "
-        "sent (warm-up included) / run duration, per second",
-    ),
-    FigureDef(
-        "prefix-cache hit (per request)",
-        "requests whose cached_tokens and prompt_tokens are known",
-        "sum of cached_tokens / sum of prompt_tokens",
-    ),
-    FigureDef(
-        "cache retention",
-        "the group's requests (run, user, round, bucket; warm-up excluded) with "
-        "cached_tokens known and reusable_tokens > 0",
-        "sum of min(cached_tokens, reusable_tokens) / sum of reusable_tokens: below 1 = "
-        "evicted, never above 1",
-    ),
-    FigureDef(
-        "server hit rate",
-        "the server's prefix-cache counters",
-        "delta(prefix hits) / delta(prefix queries) between scrapes",
-    ),
-    FigureDef(
-        "requests in flight",
-        "every non-warm-up request, at each one's start",
-        "requests started by then minus requests ended by then",
-    ),
-    FigureDef(
-        "working set",
-        "every user, at a moment",
-        "sum of the users' live conversation lengths (prompt while a request runs, prompt "
-        "+ reply after)",
-    ),
-    FigureDef(
-        "KV pool",
-        "the run's telemetry",
-        "kv_pool_tokens of the last server sample that has it, else the server collector's "
-        "summary, else the pre-flight probe (llama.cpp: sum of /slots n_ctx)",
-    ),
-    FigureDef(
-        "users the pool holds",
-        "every user",
-        "KV pool / mean over users of each one's largest conversation (prompt + reply)",
-    ),
-    FigureDef(
-        "GPU energy",
-        "the server's cards (every card when none was selected)",
-        "sum of each card's guarded energy accumulator (wraps and resets handled, power "
-        "integrated where the counter cannot be trusted)",
-    ),
-    FigureDef(
-        "J per output token",
-        "every request, warm-up included (the energy covers the whole run)",
-        "GPU energy / sum of completion_tokens",
-    ),
-    FigureDef(
-        "spread", "any figure's samples", "sample standard deviation; n = samples; p = percentiles"
-    ),
-)
-"""The figures every output shows, with population and formula: the report's definitions
-and docs/metrics.md's table are generated from this (a test keeps the docs in sync)."""
+_REGISTRY: dict[str, FigureDef] = {}
+_BY_FUNCTION: dict[Callable[..., Any], FigureDef] = {}
+REGISTRY: Mapping[str, FigureDef] = MappingProxyType(_REGISTRY)
+"""Every figure a function here computes, by name, in the order registered."""
 
 
-def definitions_markdown() -> str:
-    """docs/metrics.md's table of figures (``python -m stress.analysis.figures``)."""
-    lines = ["| figure | population | formula |", "|---|---|---|"]
-    lines += [f"| {f.name} | {f.population} | {f.formula} |" for f in FIGURES]
-    return "\n".join(lines) + "\n"
+def figure(name: str) -> Callable[[F], F]:
+    """Register the decorated function as the figure ``name``: its docstring's
+    ``Population:`` and ``Formula:`` paragraphs are its definition (whitespace collapsed,
+    a final full stop dropped), shown in the report and docs/metrics.md."""
+
+    def register(fn: F) -> F:
+        if name in _REGISTRY:
+            raise ValueError(f"figure {name!r} is registered twice")
+        d = FigureDef(
+            name,
+            _paragraph(fn, "Population:"),
+            _paragraph(fn, "Formula:"),
+            f"{fn.__module__}:{fn.__qualname__}",
+        )
+        _REGISTRY[name] = _BY_FUNCTION[fn] = d
+        return fn
+
+    return register
+
+
+def _paragraph(fn: Callable[..., Any], label: str) -> str:
+    """The text of the docstring paragraph that starts with ``label``."""
+    if fn.__doc__ is None and sys.flags.optimize >= 2:
+        return ""  # python -OO strips docstrings: no definitions to show, nothing broken
+    for para in inspect.cleandoc(fn.__doc__ or "").split("\n\n"):
+        if para.startswith(label):
+            return " ".join(para[len(label) :].split()).removesuffix(".")
+    raise ValueError(f"{fn.__qualname__}: its docstring has no {label!r} paragraph")
+
+
+def defined(fn: Callable[..., Any]) -> FigureDef:
+    """The definition a registered function carries."""
+    return _BY_FUNCTION[fn]
 
 
 GENERATED = ("ok", "reasoning_only")
@@ -209,6 +111,49 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     import numpy as np  # here: the run path (the live view) never needs numpy
 
     return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else None
+
+
+def median(values: Sequence[float]) -> float | None:
+    """The median (numpy's: the mean of the middle two for an even count), None for no
+    values. Not ``percentile(values, 50)``, which can differ in the last bit."""
+    import numpy as np
+
+    return float(np.median(np.asarray(values, dtype=float))) if len(values) else None
+
+
+@figure("spread")
+def distribution(values: Sequence[float]) -> dict[str, float | int | None]:
+    """A figure's samples as n, mean, sd, p50, p95, p99, min and max (all None for no
+    samples; sd 0.0 for one).
+
+    Population: any figure's samples.
+
+    Formula: sample standard deviation; n = samples; p = percentiles."""
+    if not len(values):
+        return {
+            "n": 0,
+            "mean": None,
+            "sd": None,
+            "p50": None,
+            "p95": None,
+            "p99": None,
+            "min": None,
+            "max": None,
+        }
+    import numpy as np
+
+    a = np.asarray(values, dtype=float)
+    p50, p95, p99 = np.percentile(a, [50, 95, 99])
+    return {
+        "n": int(a.size),
+        "mean": float(a.mean()),
+        "sd": float(a.std(ddof=1)) if a.size > 1 else 0.0,
+        "p50": float(p50),
+        "p95": float(p95),
+        "p99": float(p99),
+        "min": float(a.min()),
+        "max": float(a.max()),
+    }
 
 
 def percentile_sorted(ordered: Sequence[float], q: float) -> float:
@@ -326,24 +271,67 @@ class RunningPercentile:
         return _lerp(a, hi.top() if len(hi) else a, h - math.floor(h))
 
 
+@figure("TTFT p95 (the SLO's figure)")
 def ttft_p95(records: Iterable[Record]) -> float | None:
-    """TTFT p95: population, non-warm-up requests that generated text (``ok`` and
-    ``reasoning_only``); formula, the 95th percentile (linear) of their ``ttft_s``.
+    """TTFT p95 over ``records`` (warm-up ones dropped here).
+
+    Population: non-warm-up requests that generated text (ok, reasoning_only); a request
+    that failed after its first token is not counted.
+
+    Formula: 95th percentile (linear) of ttft_s, with a percentile bootstrap 95% interval.
 
     The verdict's SLO check, the headline table, ``summary.json`` and ``stress ls`` all
-    show this one number."""
+    show this one number (the interval: ``stress.analysis.stats``)."""
     return percentile(generated_values(main_requests(records), "ttft_s"), 95)
 
 
+@figure("decode p50 (the SLO's figure)")
 def decode_p50(records: Iterable[Record]) -> float | None:
-    """Decode p50 (tok/s): population as ``ttft_p95``; the median of ``decode_tok_s``."""
+    """Decode p50 (tok/s) over ``records`` (warm-up ones dropped here).
+
+    Population: as TTFT p95.
+
+    Formula: median of decode_tok_s, with a percentile bootstrap 95% interval."""
     return percentile(generated_values(main_requests(records), "decode_tok_s"), 50)
 
 
+def completion_tokens(records: Iterable[Record]) -> int:
+    """``completion_tokens`` summed over exactly the requests given (no population
+    applied: ``output_tokens`` and ``energy_tokens`` choose theirs)."""
+    return sum(int(r.get("completion_tokens") or 0) for r in records)
+
+
+@figure("output tokens")
 def output_tokens(records: Iterable[Record]) -> int:
-    """Output tokens: ``completion_tokens`` summed over non-warm-up requests, every
-    outcome (a truncated reply's tokens were generated too)."""
-    return sum(int(r.get("completion_tokens") or 0) for r in main_requests(records))
+    """Output tokens over ``records`` (warm-up ones dropped here).
+
+    Population: non-warm-up requests, every outcome.
+
+    Formula: sum of completion_tokens (a truncated reply's tokens were generated too)."""
+    return completion_tokens(main_requests(records))
+
+
+@figure("aggregate output tok/s")
+def output_tok_s(records: Iterable[Record], duration_s: float | None) -> float | None:
+    """Output tok/s of the requests given over a span of ``duration_s`` seconds; None
+    without a positive span.
+
+    Population: non-warm-up requests.
+
+    Formula: output tokens / run duration; spread over 30 equal time windows.
+
+    Callers pass the population (``summary.json``: the run's non-warm-up requests over
+    its duration; a phase or pass: its own requests over its own span, a warm-up pass's
+    too); the windows are ``stress.report.headline.throughput_windows``."""
+    if duration_s is None or duration_s <= 0:
+        return None
+    return sum(r.get("completion_tokens") or 0 for r in records) / duration_s
+
+
+def prompt_tokens(records: Iterable[Record]) -> int:
+    """``prompt_tokens`` summed over the requests given (unknown counts as 0)."""
+    total: int = sum(r.get("prompt_tokens") or 0 for r in records)
+    return total
 
 
 def cache_pairs(records: Iterable[Record]) -> tuple[list[float], list[float]]:
@@ -358,9 +346,13 @@ def cache_pairs(records: Iterable[Record]) -> tuple[list[float], list[float]]:
     return cached, prompt
 
 
+@figure("prefix-cache hit (per request)")
 def cached_share(records: Iterable[Record]) -> float | None:
-    """Prefix-cache hit per request: population, the given requests whose cached and
-    prompt counts are known; formula, sum of cached_tokens / sum of prompt_tokens."""
+    """Prefix-cache hit over ``records``; None when no prompt count is known.
+
+    Population: requests whose cached_tokens and prompt_tokens are known.
+
+    Formula: sum of cached_tokens / sum of prompt_tokens."""
     cached, prompt = cache_pairs(records)
     return sum(cached) / sum(prompt) if prompt and sum(prompt) > 0 else None
 
@@ -404,10 +396,16 @@ def retention(pairs: Iterable[tuple[float, float]]) -> float | None:
     return tally.value
 
 
+@figure("cache retention")
 def cache_retention(records: Iterable[Record]) -> float | None:
-    """Cache retention: population, the requests given (callers pass non-warm-up ones,
-    per user, per bucket) that ``counts_for_retention``; formula, sum over them of
-    min(cached_tokens, reusable_tokens) / sum of reusable_tokens. Below 1 = evicted."""
+    """Cache retention over ``records`` (callers pass non-warm-up ones: the run, a user,
+    a round, a bucket), those that ``counts_for_retention``.
+
+    Population: the group's requests (run, user, round, bucket; warm-up excluded) with
+    cached_tokens known and reusable_tokens > 0.
+
+    Formula: sum of min(cached_tokens, reusable_tokens) / sum of reusable_tokens: below 1 =
+    evicted, never above 1."""
     return retention(
         (float(r["cached_tokens"]), float(r["reusable_tokens"]))
         for r in records
@@ -415,14 +413,17 @@ def cache_retention(records: Iterable[Record]) -> float | None:
     )
 
 
+@figure("GPU energy")
 def energy_j(
     gpu_summary: Mapping[str, Any] | None,
     samples: Iterable[Mapping[str, Any]],
     server_cards: Sequence[str] | None,
 ) -> float | None:
-    """The run's GPU energy (J): population, the server's cards (the collector's
-    ``server_cards``; every card when no selection was recorded); formula, the sum of each
-    card's guarded energy accumulator (counter increments, wraps and resets handled, power
+    """The run's GPU energy (J) over the collector's ``server_cards``.
+
+    Population: the server's cards (every card when none was selected).
+
+    Formula: sum of each card's guarded energy accumulator (wraps and resets handled, power
     integrated where the counter cannot be trusted).
 
     That is the GPU collector's own ``energy_j`` when its end-of-run summary exists; a run
@@ -449,14 +450,20 @@ def energy_j(
 def energy_tokens(records: Iterable[Record]) -> int:
     """Tokens the energy is divided by: ``completion_tokens`` of every request, warm-up
     included, since the energy covers the whole run."""
-    return sum(int(r.get("completion_tokens") or 0) for r in records)
+    return completion_tokens(records)
 
 
+@figure("J per output token")
 def j_per_token(energy: float | None, tokens: int) -> float | None:
-    """Energy per output token: ``energy_j`` / ``energy_tokens``; None without either."""
+    """Energy per output token: ``energy_j`` / ``energy_tokens``; None without either.
+
+    Population: every request, warm-up included (the energy covers the whole run).
+
+    Formula: GPU energy / sum of completion_tokens."""
     return energy / tokens if energy is not None and tokens > 0 else None
 
 
+@figure("KV pool")
 def kv_pool_tokens(
     server_samples: Iterable[Mapping[str, Any]],
     server_summary: Mapping[str, Any] | None,
@@ -465,7 +472,12 @@ def kv_pool_tokens(
     """The server's KV pool in tokens, from the first source that has it: the last
     server.jsonl sample that reports it (vLLM cache_config_info, SGLang
     max_total_num_tokens), the server collector's summary, then the probe in the manifest
-    (llama.cpp: the sum of /slots n_ctx, which its /metrics does not carry)."""
+    (llama.cpp: the sum of /slots n_ctx, which its /metrics does not carry).
+
+    Population: the run's telemetry.
+
+    Formula: kv_pool_tokens of the last server sample that has it, else the server
+    collector's summary, else the pre-flight probe (llama.cpp: sum of /slots n_ctx)."""
     for rec in reversed(list(server_samples)):
         v = (rec.get("values") or {}).get("kv_pool_tokens")
         if isinstance(v, int | float) and v > 0:
@@ -475,6 +487,148 @@ def kv_pool_tokens(
         if isinstance(v, int | float) and v > 0:
             return float(v)
     return None
+
+
+def _elsewhere(name: str, population: str, formula: str, where: str) -> FigureDef:
+    """A figure computed outside this module (while a request is read, from tokens.bin,
+    by a collector): its definition here, ``where`` naming the function that computes it."""
+    return FigureDef(name, population, formula, where)
+
+
+FIGURES: tuple[FigureDef, ...] = (
+    _elsewhere(
+        "TTFT",
+        "per request",
+        "first chunk carrying generated text (reasoning or content) - request sent",
+        "stress.net.reply:ReplyReader._events",
+    ),
+    _elsewhere(
+        "TTFC",
+        "per request",
+        "first chunk carrying answer content - request sent",
+        "stress.net.reply:ReplyReader._events",
+    ),
+    _elsewhere(
+        "decode tok/s",
+        "per request",
+        "(completion_tokens - 1) / (t_last_token - t_first_token)",
+        "stress.net.reply:ReplyReader._end_stream",
+    ),
+    _elsewhere(
+        "e2e",
+        "per request",
+        "last byte - request sent (the client's own queueing is reported apart, queue_s)",
+        "stress.net.client:ChatClient._finish",
+    ),
+    defined(ttft_p95),
+    defined(decode_p50),
+    _elsewhere(
+        "SLO factor",
+        "one SLO figure; judged from 20 samples",
+        "figure / limit (TTFT) or limit / figure (decode): above 1 missed, above 2 FAIL",
+        "stress.analysis.judge:SloCheck.factor",
+    ),
+    _elsewhere(
+        "goodput",
+        "non-warm-up turns, every outcome (overall, per user, per capacity bucket)",
+        "share answered (ok) with TTFT <= the TTFT limit and decode >= the decode floor",
+        "stress.analysis.capacity:Limits.good",
+    ),
+    _elsewhere(
+        "longest silence",
+        "every non-warm-up request that has one, failed ones (stalls) included",
+        "max_gap_s: the longest gap between two chunks after the first token, per stream",
+        "stress.net.reply:ReplyReader._end_stream",
+    ),
+    _elsewhere(
+        "ITL",
+        "gaps between consecutive chunks that carried generated text (content or "
+        "reasoning) of non-warm-up streamed requests that generated text (ok, "
+        "reasoning_only), from tokens.bin; overall, per user, per conversation-length bucket",
+        "receive time of text chunk k+1 - text chunk k (chunks in one read: 0); percentiles "
+        "from log bins of 1/128 decade (within 1%), mean and max exact",
+        "stress.analysis.itl:token_timing",
+    ),
+    _elsewhere(
+        "ITL per request",
+        "as ITL, one request's own gaps",
+        "p50, p95 (linear) and max of its gaps; the ITL p95 per request is distributed over "
+        "requests",
+        "stress.analysis.itl:request_itl",
+    ),
+    _elsewhere(
+        "TPOT",
+        "per request, as TTFT p95 (overall, per user, per conversation-length bucket)",
+        "(t_last_token - t_first_token) / (completion_tokens - 1), i.e. 1 / decode tok/s",
+        "stress.analysis.itl:tpot",
+    ),
+    _elsewhere(
+        "goodput (TTFT + ITL)",
+        "non-warm-up turns, every outcome (overall, per user), when slo.itl_p95 is set and "
+        "the run has tokens.bin",
+        "share answered (ok) with TTFT <= the TTFT limit (when set) and the request's own "
+        "ITL p95 <= slo.itl_p95 (a reply of one chunk: TTFT alone)",
+        "stress.analysis.itl:good_on_ttft_and_itl",
+    ),
+    defined(output_tokens),
+    defined(output_tok_s),
+    _elsewhere(
+        "offered load",
+        "open-loop runs (arrivals): every arrival, admitted or not (session_ended events)",
+        "arrivals / the window sessions arrived in, per minute; offered requests/s = that "
+        "/ 60 x the mean rounds drawn; gap CV = sd / mean of the gaps between arrivals",
+        "stress.analysis.arrivals:open_load",
+    ),
+    _elsewhere(
+        "achieved load",
+        "open-loop runs: sessions admitted, sessions that did all their rounds, requests",
+        "admitted / arrival window and completed / run duration, per minute; requests "
+        "sent (warm-up included) / run duration, per second",
+        "stress.analysis.arrivals:open_load",
+    ),
+    defined(cached_share),
+    defined(cache_retention),
+    _elsewhere(
+        "server hit rate",
+        "the server's prefix-cache counters",
+        "delta(prefix hits) / delta(prefix queries) between scrapes",
+        "stress.collectors.server:ServerCollector._compute_live",
+    ),
+    _elsewhere(
+        "requests in flight",
+        "every non-warm-up request, at each one's start",
+        "requests started by then minus requests ended by then",
+        "stress.analysis.capacity:in_flight_at_start",
+    ),
+    _elsewhere(
+        "working set",
+        "every user, at a moment",
+        "sum of the users' live conversation lengths (prompt while a request runs, prompt "
+        "+ reply after)",
+        "stress.analysis.causes:working_set",
+    ),
+    defined(kv_pool_tokens),
+    _elsewhere(
+        "users the pool holds",
+        "every user",
+        "KV pool / mean over users of each one's largest conversation (prompt + reply)",
+        "stress.analysis.capacity:capacity_answer",
+    ),
+    defined(energy_j),
+    defined(j_per_token),
+    defined(distribution),
+)
+"""The figures every output shows, in the report's order: the registered ones (their
+definitions read from their docstrings) and those computed elsewhere (``where``). The
+report's definitions and docs/metrics.md's table are generated from this (a test keeps the
+docs in sync, another that every registered figure is here)."""
+
+
+def definitions_markdown() -> str:
+    """docs/metrics.md's table of figures (``python -m stress.analysis.figures``)."""
+    lines = ["| figure | population | formula |", "|---|---|---|"]
+    lines += [f"| {f.name} | {f.population} | {f.formula} |" for f in FIGURES]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -187,8 +187,10 @@ def _cache_row(groups: list[Group]) -> list[str]:
     """The prefix-cache hit rate: a ratio of sums per group, its difference bootstrapped."""
     row = ["prefix-cache hit (cached / prompt)"]
     for g in groups:
-        c, p = _cache_pairs(g)
-        row.append(f"{pct(sum(c) / sum(p))} (n={len(p)})" if p and sum(p) else "-")
+        pooled = [rec for r in g.runs for rec in r.main]
+        share = figures.cached_share(pooled)
+        n = len(figures.cache_pairs(pooled)[1])
+        row.append(f"{pct(share)} (n={n})" if share is not None else "-")
     for g in groups[1:]:
         (ca, pa), (cb, pb) = _cache_pairs(groups[0]), _cache_pairs(g)
         dd = bootstrap_ratio_diff(ca, pa, cb, pb)

@@ -14,8 +14,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from stress.analysis import figures
 from stress.analysis.analyze import Analysis, analyze
 from stress.analysis.checks import accounting_text, health_warnings, warnings_for
@@ -33,29 +31,8 @@ is *answered*: a reply that reasoned and stopped without answer text is not an a
 
 
 def stats(values: list[float]) -> dict[str, float | int | None]:
-    if not values:
-        return {
-            "n": 0,
-            "mean": None,
-            "sd": None,
-            "p50": None,
-            "p95": None,
-            "p99": None,
-            "min": None,
-            "max": None,
-        }
-    a = np.asarray(values, dtype=float)
-    p50, p95, p99 = np.percentile(a, [50, 95, 99])
-    return {
-        "n": int(a.size),
-        "mean": float(a.mean()),
-        "sd": float(a.std(ddof=1)) if a.size > 1 else 0.0,
-        "p50": float(p50),
-        "p95": float(p95),
-        "p99": float(p99),
-        "min": float(a.min()),
-        "max": float(a.max()),
-    }
+    """A figure's samples as summary.json shows them: ``figures.distribution``."""
+    return figures.distribution(values)
 
 
 def _group(records: list[RequestRow]) -> dict[str, Any]:
@@ -77,7 +54,7 @@ def _group(records: list[RequestRow]) -> dict[str, Any]:
     out["answered"] = outcomes.get("ok", 0)
     out["cached_share"] = figures.cached_share(records)
     out["cache_retention"] = figures.cache_retention(records)
-    out["prompt_tokens"] = sum(r.get("prompt_tokens") or 0 for r in records)
+    out["prompt_tokens"] = figures.prompt_tokens(records)
     out["completion_tokens"] = figures.output_tokens(records)
     out["rounds"] = max((r.get("round", 0) for r in records), default=0)
     out["max_conversation_tokens"] = max(
@@ -141,31 +118,27 @@ def _steps(records: list[RequestRow]) -> dict[str, Any]:
             "output_tok_s": [],
         }
         for rows in by_pass.values():
-            ok = [r for r in rows if r.get("outcome") in figures.GENERATED]
             for key, field in (
                 ("ttft_p50_s", "ttft_s"),
                 ("decode_p50_tok_s", "decode_tok_s"),
                 ("e2e_p50_s", "e2e_s"),
             ):
-                vals = figures.generated_values(ok, field)
-                if vals:
-                    per_pass[key].append(float(np.median(vals)))
+                if (m := figures.median(figures.generated_values(rows, field))) is not None:
+                    per_pass[key].append(m)
             start = min(r.get("t_start", 0.0) for r in rows)
             end = max(r.get("t_start", 0.0) + (r.get("e2e_s") or 0.0) for r in rows)
-            if end > start:
-                per_pass["output_tok_s"].append(
-                    sum(r.get("completion_tokens") or 0 for r in rows) / (end - start)
-                )
+            if (tok_s := figures.output_tok_s(rows, end - start)) is not None:
+                per_pass["output_tok_s"].append(tok_s)
         out[step] = {"passes": len(by_pass)} | {
-            key: {
-                "mean": float(np.mean(v)),
-                "sd": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
-                "n": len(v),
-            }
-            for key, v in per_pass.items()
-            if v
+            key: _mean_sd(v) for key, v in per_pass.items() if v
         }
     return out
+
+
+def _mean_sd(values: list[float]) -> dict[str, Any]:
+    """A step's per-pass figure as mean, sd and n (``figures.distribution``)."""
+    d = figures.distribution(values)
+    return {"mean": d["mean"], "sd": d["sd"], "n": d["n"]}
 
 
 def _server_section(files: RunFiles, records: list[RequestRow]) -> dict[str, Any]:
@@ -204,9 +177,7 @@ def build_summary(run_dir: Path, analysis: Analysis | None = None) -> dict[str, 
     users = sorted({int(r.get("user") or 0) for r in records})
     duration = files.duration_s
     overall = _group(main)
-    overall["output_tok_s"] = (
-        sum(r.get("completion_tokens") or 0 for r in main) / duration if duration else None
-    )
+    overall["output_tok_s"] = figures.output_tok_s(main, duration)
     scenario = manifest.get("scenario") or {}
     collectors = files.collectors
     summary = {

@@ -111,7 +111,6 @@ def per_phase(run: RunData) -> Table | None:
         g = groups[phase, warm]
         t0 = min(float(r.get("t_start") or 0) for r in g)
         t1 = max(float(r.get("t_start") or 0) + float(r.get("e2e_s") or 0) for r in g)
-        out_tok = sum(int(r.get("completion_tokens") or 0) for r in g)
         users = len({r.get("user") for r in g})
         rows.append(
             [
@@ -121,7 +120,7 @@ def per_phase(run: RunData) -> Table | None:
                 str(sum(1 for r in g if r.get("outcome") not in figures.ANSWERED)),
                 mean_sd(describe(values(g, "ttft_s"))),
                 mean_sd(describe(values(g, "decode_tok_s"))),
-                num(out_tok / (t1 - t0)) if t1 > t0 else "-",
+                num(tok_s) if (tok_s := figures.output_tok_s(g, t1 - t0)) is not None else "-",
                 tokens(describe([float(r.get("conversation_tokens") or 0) for r in g]).mean),
             ]
         )

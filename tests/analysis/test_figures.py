@@ -81,6 +81,42 @@ def test_kv_pool_sources_in_order() -> None:
     assert figures.kv_pool_tokens([], None, None) is None
 
 
+def test_distribution_is_numpys_and_empty_is_all_none() -> None:
+    import numpy as np
+
+    v = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0]
+    d = figures.distribution(v)
+    assert list(d) == ["n", "mean", "sd", "p50", "p95", "p99", "min", "max"]
+    assert d["n"] == 8 and d["mean"] == float(np.mean(v)) and d["min"] == 1.0
+    assert d["sd"] == float(np.std(v, ddof=1))
+    assert d["p95"] == float(np.percentile(v, 95))
+    assert figures.distribution([7.0])["sd"] == 0.0
+    empty = figures.distribution([])
+    assert empty["n"] == 0 and all(empty[k] is None for k in empty if k != "n")
+
+
+def test_median_is_numpys_median_not_the_50th_percentile() -> None:
+    import numpy as np
+
+    v = [0.1, 0.7, 0.2, 0.30000000000000004]
+    assert figures.median(v) == float(np.median(v))
+    assert figures.median([]) is None
+
+
+def test_output_tok_s_over_the_requests_given_and_a_positive_span() -> None:
+    recs = [
+        request(0, 1, 0.0, completion=100, prompt=1000),
+        request(0, 2, 1.0, completion=50, prompt=2000),
+        request(1, 1, 0.0, completion=30, prompt=500, warmup=True),
+    ]
+    recs[1]["prompt_tokens"] = None  # unknown counts as 0
+    assert figures.output_tok_s(recs, 10.0) == 18.0  # callers choose the population
+    assert figures.output_tok_s(figures.main_requests(recs), 10.0) == 15.0
+    assert figures.output_tok_s(recs, 0.0) is None and figures.output_tok_s(recs, None) is None
+    assert figures.output_tokens(recs) == 150 and figures.completion_tokens(recs) == 180
+    assert figures.prompt_tokens(recs) == 1500
+
+
 # ---- the disagreements of issue 13, each failed before -----------------------------------
 
 
@@ -274,8 +310,8 @@ slo: {{ttft_p95: 0.001s}}
     assert snap.cache_retention == pytest.approx(ret)
     per_user = _table(report, "per-user")
     col = per_user.columns.index("retention")
-    for row in per_user.rows:
-        assert row[col] == f"{100 * summary['per_user'][row[0]]['cache_retention']:.1f}%"
+    for cells in per_user.rows:
+        assert cells[col] == f"{100 * summary['per_user'][cells[0]]['cache_retention']:.1f}%"
     for u in snap.users:
         assert u.last_retention is None or 0.0 <= u.last_retention <= 1.0
 
