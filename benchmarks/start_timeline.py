@@ -75,12 +75,13 @@ def main() -> None:
     import stress.collectors.gpu.collector as gpu_collector
     import stress.load.corpus as corpus
     import stress.load.engine as engine
+    import stress.load.users as users
     import stress.net.http1 as http1
 
     steps = ("get_tokenizer", "Corpus", "new_run_dir", "Recorder", "write_json", "ChatClient")
     for name in (*steps, "versions", "platform_text", "make_collectors"):
         wrap(run, name)
-    wrap(engine, "build_body")
+    wrap(users, "build_body")
     wrap(gpu_collector, "open_backends")  # in the GPU collector's thread
     wrap(corpus.Corpus, "excerpt")
     wrap_async(engine.Engine, "run")

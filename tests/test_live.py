@@ -278,7 +278,7 @@ def test_a_snapshot_of_a_window_of_rows_keeps_the_whole_runs_figures() -> None:
 
 def test_a_record_written_after_the_users_next_send_leaves_that_request_in_flight() -> None:
     """The engine writes an ``ok`` request's record once the loop turns, after the user's
-    next request went out (``Engine._finish`` with ``defer``): the row keeps the new one."""
+    next request went out (``LoadModel._finish`` with ``defer``): the row keeps the new one."""
     live = Live(1)
     first = sent(live, 0, t_start=1.0)
     first.outcome, first.round = "ok", 1
