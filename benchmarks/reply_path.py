@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import WORDS, machine, vllm_chunk
 from stress.core.record import RequestRecord
-from stress.net.client import _Watchdog
+from stress.net.deadlines import Watchdog
 from stress.net.http1 import Connection, Endpoint, Pool
 from stress.net.reply import Clock, Reply, ReplyReader
 
@@ -77,7 +77,7 @@ async def one_pass(data: list[bytes], n: int) -> float:
     for _ in range(n):
         rec = RequestRecord(user=0, conversation=1, round=1, turn=1)
         now = time.perf_counter()
-        wd = _Watchdog(task, now)
+        wd = Watchdog(task, now)
         reader = ReplyReader(clock, "http://x", rec, Reply(), now, wd, array("d"))
         conn.send(b"POST / HTTP/1.1\r\n\r\n", b"", reader)
         for d in data:

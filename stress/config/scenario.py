@@ -755,6 +755,9 @@ class Scenario(_Model):
 
     @model_validator(mode="after")
     def _bounded(self) -> Scenario:
+        """The checks across fields. The first problem found is the one reported, so the
+        order here is the order a user meets them: what is required, what excludes what,
+        then the phases."""
         if self.replay is None and "conversation" not in self.model_fields_set:
             raise _FieldError(
                 ("conversation",),
@@ -762,18 +765,7 @@ class Scenario(_Model):
                 "section with turn: {ask: [...]}",
             )
         if self.replay is not None:
-            for name, clash in (
-                ("users", self.users != Users()),
-                ("arrivals", self.arrivals is not None),
-                ("phases", bool(self.phases)),
-                ("rounds", self.rounds is not None),
-            ):
-                if clash:
-                    raise _FieldError(
-                        (name,),
-                        f"`replay` sends the trace's requests; `{name}` does not apply -- fix: "
-                        f"remove {name}",
-                    )
+            self._replay_alone()
         if self.workers != 1 and (self.arrivals is not None or self.replay is not None):
             field = "arrivals" if self.arrivals is not None else "replay"
             raise _FieldError(
@@ -782,84 +774,111 @@ class Scenario(_Model):
                 "drop workers (or --workers)",
             )
         if self.arrivals is not None:
-            if self.users != Users():
-                raise _FieldError(
-                    ("users",),
-                    "`users` (a closed loop of N users) and `arrivals` (open-loop sessions) "
-                    "exclude each other -- fix: remove one of them",
-                )
-            if self.phases:
-                raise _FieldError(
-                    ("phases",),
-                    "phases are not supported with `arrivals` -- fix: remove phases, or run "
-                    "one scenario per rate",
-                )
-            if self.duration is None:
-                raise _FieldError(
-                    ("arrivals",),
-                    "open-loop sessions need `duration` (how long sessions arrive) -- fix: add "
-                    "`duration: 30m`",
-                )
-            start = self.conversation.start_tokens
-            if start is not None and start[1] > 0:
-                raise _FieldError(
-                    ("conversation", "start_tokens"),
-                    "start_tokens is not supported with `arrivals` (sessions open empty) -- "
-                    "fix: remove it",
-                )
-            if self.rounds is not None:
-                raise _FieldError(
-                    ("rounds",),
-                    "with `arrivals`, the rounds of a session are `arrivals.rounds` -- fix: "
-                    "move `rounds` under arrivals",
-                )
+            self._arrivals_alone()
         if self.phases:
-            for i, ph in enumerate(self.phases):
-                if (
-                    ph.duration is None
-                    and ph.rounds is None
-                    and (self.duration is None and self.rounds is None)
-                ):
-                    raise _FieldError(
-                        ("phases", i),
-                        f"phase {ph.name!r} needs `duration` or `rounds` -- fix: add one to "
-                        "the phase, or set them at the top level for every phase",
-                    )
-            seen: set[str] = set()
-            for i, ph in enumerate(self.phases):
-                if ph.name in seen:
-                    raise _FieldError(
-                        ("phases", i, "name"),
-                        f"phase name {ph.name!r} is used twice -- fix: give each phase its "
-                        "own name",
-                    )
-                seen.add(ph.name)
-            paste = self.conversation.turn.paste
-            for i, ph in enumerate(self.phases):
-                if ph.paste_tokens and not paste:
-                    raise _FieldError(
-                        ("phases", i, "paste_tokens"),
-                        f"phase {ph.name!r} sets paste_tokens but the turn has no paste -- "
-                        "fix: add conversation.turn.paste or remove paste_tokens",
-                    )
-                if ph.paste_tokens and ph.paste_tokens[1] >= self.conversation.ceiling_tokens:
-                    raise _FieldError(
-                        ("phases", i, "paste_tokens"),
-                        f"phase {ph.name!r}: paste_tokens max must be below "
-                        "conversation.ceiling_tokens -- fix: lower it or raise ceiling_tokens",
-                    )
-                start = ph.start_tokens
-                problem = _start_problem(start, self.conversation) if start else None
-                if problem:
-                    raise _FieldError(
-                        ("phases", i, "start_tokens"), f"phase {ph.name!r}: {problem}"
-                    )
+            self._phase_ends_and_names()
+            self._phase_sizes_fit()
         elif self.duration is None and self.rounds is None and self.replay is None:
             raise ValueError(
                 "a run needs `duration` or `rounds` -- fix: add `duration: 60m` or `rounds: N` "
                 "(per user), or both"
             )
         return self
+
+    def _replay_alone(self) -> None:
+        """A replay's trace decides who sends what and when: nothing else may."""
+        for name, clash in (
+            ("users", self.users != Users()),
+            ("arrivals", self.arrivals is not None),
+            ("phases", bool(self.phases)),
+            ("rounds", self.rounds is not None),
+        ):
+            if clash:
+                raise _FieldError(
+                    (name,),
+                    f"`replay` sends the trace's requests; `{name}` does not apply -- fix: "
+                    f"remove {name}",
+                )
+
+    def _arrivals_alone(self) -> None:
+        """Open-loop sessions come and go: what sizes or paces a closed loop of users does
+        not apply to them."""
+        if self.users != Users():
+            raise _FieldError(
+                ("users",),
+                "`users` (a closed loop of N users) and `arrivals` (open-loop sessions) "
+                "exclude each other -- fix: remove one of them",
+            )
+        if self.phases:
+            raise _FieldError(
+                ("phases",),
+                "phases are not supported with `arrivals` -- fix: remove phases, or run "
+                "one scenario per rate",
+            )
+        if self.duration is None:
+            raise _FieldError(
+                ("arrivals",),
+                "open-loop sessions need `duration` (how long sessions arrive) -- fix: add "
+                "`duration: 30m`",
+            )
+        start = self.conversation.start_tokens
+        if start is not None and start[1] > 0:
+            raise _FieldError(
+                ("conversation", "start_tokens"),
+                "start_tokens is not supported with `arrivals` (sessions open empty) -- "
+                "fix: remove it",
+            )
+        if self.rounds is not None:
+            raise _FieldError(
+                ("rounds",),
+                "with `arrivals`, the rounds of a session are `arrivals.rounds` -- fix: "
+                "move `rounds` under arrivals",
+            )
+
+    def _phase_ends_and_names(self) -> None:
+        """Every phase has an end (its own or the top level's) and a name of its own (the
+        report's rows and ``summary.json`` are keyed by it)."""
+        for i, ph in enumerate(self.phases):
+            if (
+                ph.duration is None
+                and ph.rounds is None
+                and (self.duration is None and self.rounds is None)
+            ):
+                raise _FieldError(
+                    ("phases", i),
+                    f"phase {ph.name!r} needs `duration` or `rounds` -- fix: add one to "
+                    "the phase, or set them at the top level for every phase",
+                )
+        seen: set[str] = set()
+        for i, ph in enumerate(self.phases):
+            if ph.name in seen:
+                raise _FieldError(
+                    ("phases", i, "name"),
+                    f"phase name {ph.name!r} is used twice -- fix: give each phase its own name",
+                )
+            seen.add(ph.name)
+
+    def _phase_sizes_fit(self) -> None:
+        """Each phase's paste and pre-built history fit the conversation, as the top level's
+        must."""
+        paste = self.conversation.turn.paste
+        for i, ph in enumerate(self.phases):
+            if ph.paste_tokens and not paste:
+                raise _FieldError(
+                    ("phases", i, "paste_tokens"),
+                    f"phase {ph.name!r} sets paste_tokens but the turn has no paste -- "
+                    "fix: add conversation.turn.paste or remove paste_tokens",
+                )
+            if ph.paste_tokens and ph.paste_tokens[1] >= self.conversation.ceiling_tokens:
+                raise _FieldError(
+                    ("phases", i, "paste_tokens"),
+                    f"phase {ph.name!r}: paste_tokens max must be below "
+                    "conversation.ceiling_tokens -- fix: lower it or raise ceiling_tokens",
+                )
+            start = ph.start_tokens
+            problem = _start_problem(start, self.conversation) if start else None
+            if problem:
+                raise _FieldError(("phases", i, "start_tokens"), f"phase {ph.name!r}: {problem}")
 
 
 class LoadedScenario(BaseModel):
@@ -1121,16 +1140,50 @@ def load_scenario(
     p = Path(path)
     file = str(path)
     raw = _read_scenario_file(p, file)
+    located = _parse_yaml(_utf8(raw, file), file)
+    data = located.data
+    if not isinstance(data, dict):
+        raise ScenarioError(
+            [Problem(file, 1, "", "a scenario is a YAML mapping", "start with `name: my_run`")]
+        )
+    problems = _duplicates_and_secrets(file, located, data)
+    if problems:
+        raise ScenarioError(problems)
+    _interpolate_target(data)
     try:
-        text = raw.decode("utf-8")
+        scenario = Scenario.model_validate(data)
+    except ValidationError as e:
+        raise ScenarioError(
+            [_problem_from_error(file, located, err) for err in e.errors()]
+        ) from None
+    loaded = LoadedScenario(
+        scenario=scenario, path=p.resolve(), sha256=hashlib.sha256(raw).hexdigest()
+    )
+    if check_files:
+        problems.extend(_check_files(file, located, loaded, corpus_roots))
+    if scenario.target.url == "sim" and scenario.target.sim:
+        problems.extend(_check_sim(file, located, scenario.target.sim))
+    if problems:
+        raise ScenarioError(problems)
+    return loaded
+
+
+def _utf8(raw: bytes, file: str) -> str:
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise ScenarioError(
             [Problem(file, line, "", "the file is not UTF-8 text", "save it as UTF-8")]
         ) from None
+
+
+def _parse_yaml(text: str, file: str) -> Located:
+    """The YAML with each value's line, after the shape checks (``_yaml_shape``); a syntax
+    error is one problem at its line."""
     try:
         _yaml_shape(text, file)
-        located = load_located(text)
+        return load_located(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         yaml_line = mark.line + 1 if mark is not None else None
@@ -1146,12 +1199,12 @@ def load_scenario(
                 )
             ]
         ) from None
+
+
+def _duplicates_and_secrets(file: str, located: Located, data: dict[str, Any]) -> list[Problem]:
+    """Keys given twice (YAML keeps only the last), literal keys or secrets, and headers
+    that would carry one."""
     problems: list[Problem] = []
-    data = located.data
-    if not isinstance(data, dict):
-        raise ScenarioError(
-            [Problem(file, 1, "", "a scenario is a YAML mapping", "start with `name: my_run`")]
-        )
     for dup_path, line in located.duplicates:
         problems.append(
             Problem(
@@ -1184,28 +1237,17 @@ def load_scenario(
                     "target.api_key_file: PATH",
                 )
             )
-    if problems:
-        raise ScenarioError(problems)
+    return problems
+
+
+def _interpolate_target(data: dict[str, Any]) -> None:
+    """``${VAR}`` and ``${VAR:-default}`` in ``target.url`` and ``target.model`` replaced
+    from the environment, in place."""
+    target = data.get("target")
     if isinstance(target, dict):
         for key in ("url", "model"):
             if ("target", key) in _INTERPOLATED and isinstance(target.get(key), str):
                 target[key] = _interpolate(target[key])
-    try:
-        scenario = Scenario.model_validate(data)
-    except ValidationError as e:
-        raise ScenarioError(
-            [_problem_from_error(file, located, err) for err in e.errors()]
-        ) from None
-    loaded = LoadedScenario(
-        scenario=scenario, path=p.resolve(), sha256=hashlib.sha256(raw).hexdigest()
-    )
-    if check_files:
-        problems.extend(_check_files(file, located, loaded, corpus_roots))
-    if scenario.target.url == "sim" and scenario.target.sim:
-        problems.extend(_check_sim(file, located, scenario.target.sim))
-    if problems:
-        raise ScenarioError(problems)
-    return loaded
 
 
 def _check_files(

@@ -54,6 +54,7 @@ from stress.store.recorder import Recorder
 DEFAULT_HOST = "127.0.0.1"
 PREFIX = "stress_"
 RUN_LABELS = ("scenario", "run", "model_name", "server")
+_USER_LABELS = (*RUN_LABELS, "user")
 
 # bucket upper edges, seconds (tok/s for decode); +Inf is added
 TTFT_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60)
@@ -265,117 +266,13 @@ class MetricsExporter(Collector):
             if st is None:
                 return
             snap = _snapshot(st)
-        info = st.info
-        base = info.labels()
-        p = PREFIX
-
-        def gauge(name: str, doc: str, value: float | None) -> Iterator[Metric]:
-            if value is not None:
-                g = GaugeMetricFamily(p + name, doc, labels=RUN_LABELS)
-                g.add_metric(base, value)
-                yield g
-
-        run_info = GaugeMetricFamily(
-            p + "run_info", "The run these series belong to (always 1).", labels=RUN_LABELS
-        )
-        run_info.add_metric(base, 1.0)
-        yield run_info
-        yield from gauge("run_active", "1 while the run sends requests, 0 after.", snap.active)
-        yield from gauge("run_elapsed_seconds", "Seconds since the run started.", snap.elapsed)
-        yield from gauge("users", "Users (concurrent conversations) of the run.", info.users)
-        yield from gauge("in_flight", "Requests sent and not yet finished.", snap.in_flight)
-        health = snap.health or {}
-        for key, name, doc in (
-            (
-                "loop_lag_ms_max",
-                "client_loop_lag_seconds",
-                "The load generator's event-loop lag, the most over its last window: "
-                "every request's timing is late by this much.",
-            ),
-            (
-                "loop_lag_ms_p50",
-                "client_loop_lag_p50_seconds",
-                "The load generator's event-loop lag, median over its last window.",
-            ),
-        ):
-            v = health.get(key)
-            yield from gauge(name, doc, None if v is None else float(v) / 1000)
-        cpu = health.get("cpu_pct")
-        yield from gauge(
-            "client_cpu_percent",
-            "The load generator's CPU, % of one core (its loop can use at most one).",
-            None if cpu is None else float(cpu),
-        )
-
-        user_labels = (*RUN_LABELS, "user")
-        req = CounterMetricFamily(
-            p + "requests",
-            "Finished requests (one per requests.jsonl line), by user and outcome.",
-            labels=(*user_labels, "outcome"),
-        )
-        for (user, outcome), n in sorted(snap.requests.items()):
-            req.add_metric([*base, user, outcome], n)
-        yield req
-        err = CounterMetricFamily(
-            p + "request_errors",
-            "Failed requests by error class (outcome error).",
-            labels=(*RUN_LABELS, "error_class"),
-        )
-        for cls, n in sorted(snap.errors.items()):
-            err.add_metric([*base, cls], n)
-        yield err
-        for name, doc, values in (
-            (
-                "prompt_tokens",
-                "Prompt tokens sent (the server's count, else stress's estimate).",
-                snap.prompt_tokens,
-            ),
-            (
-                "cached_tokens",
-                "Prompt tokens the server reported served from its prefix cache.",
-                snap.cached_tokens,
-            ),
-            ("completion_tokens", "Tokens generated.", snap.completion_tokens),
-        ):
-            c = CounterMetricFamily(p + name, doc, labels=user_labels)
-            for user, n in sorted(values.items()):
-                c.add_metric([*base, user], n)
-            yield c
-        user_ttft_count = CounterMetricFamily(
-            p + "user_ttft_requests",
-            "Requests with a first token, by user (with stress_user_ttft_seconds_total: "
-            "the mean TTFT of each user).",
-            labels=user_labels,
-        )
-        user_ttft_sum = CounterMetricFamily(
-            p + "user_ttft_seconds",
-            "Sum of the time to first token of each user's requests.",
-            labels=user_labels,
-        )
-        for user, (count, seconds) in sorted(snap.user_ttft.items()):
-            user_ttft_count.add_metric([*base, user], count)
-            user_ttft_sum.add_metric([*base, user], seconds)
-        yield user_ttft_count
-        yield user_ttft_sum
-        for name, doc, (buckets, total) in (
-            ("ttft_seconds", "Time to first token (send to first text chunk).", snap.ttft),
-            (
-                "itl_seconds",
-                "Inter-token latency: the gap between consecutive text chunks "
-                "(binned when each request finishes).",
-                snap.itl,
-            ),
-            ("e2e_seconds", "Request latency, send to the last byte.", snap.e2e),
-            ("max_gap_seconds", "The longest silence within each request's stream.", snap.max_gap),
-            (
-                "decode_tokens_per_second",
-                "Each request's decode rate (tokens after the first / decode time).",
-                snap.decode,
-            ),
-        ):
-            h = HistogramMetricFamily(p + name, doc, labels=RUN_LABELS)
-            h.add_metric(base, buckets, total)
-            yield h
+        base = st.info.labels()
+        yield from _run_gauges(snap, st.info.users, base)
+        yield from _client_gauges(snap.health or {}, base)
+        yield from _request_counters(snap, base)
+        yield from _token_counters(snap, base)
+        yield from _user_ttft(snap, base)
+        yield from _histograms(snap, base)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
@@ -430,6 +327,137 @@ def _snapshot(st: _RunState) -> _Snapshot:
         max_gap=(st.max_gap.buckets(), st.max_gap.sum),
         decode=(st.decode.buckets(), st.decode.sum),
     )
+
+
+# --- rendering a scrape: each step yields its families in the exposition's order ----------
+
+
+def _gauge(name: str, doc: str, value: float | None, base: list[str]) -> Iterator[Metric]:
+    """One run-labelled gauge; left out of the scrape when its reading is None."""
+    if value is not None:
+        g = GaugeMetricFamily(PREFIX + name, doc, labels=RUN_LABELS)
+        g.add_metric(base, value)
+        yield g
+
+
+def _run_gauges(snap: _Snapshot, users: int, base: list[str]) -> Iterator[Metric]:
+    run_info = GaugeMetricFamily(
+        PREFIX + "run_info", "The run these series belong to (always 1).", labels=RUN_LABELS
+    )
+    run_info.add_metric(base, 1.0)
+    yield run_info
+    yield from _gauge("run_active", "1 while the run sends requests, 0 after.", snap.active, base)
+    yield from _gauge("run_elapsed_seconds", "Seconds since the run started.", snap.elapsed, base)
+    yield from _gauge("users", "Users (concurrent conversations) of the run.", users, base)
+    yield from _gauge("in_flight", "Requests sent and not yet finished.", snap.in_flight, base)
+
+
+def _client_gauges(health: Mapping[str, Any], base: list[str]) -> Iterator[Metric]:
+    """The client-health collector's window; a reading it has not taken is left out."""
+    for key, name, doc in (
+        (
+            "loop_lag_ms_max",
+            "client_loop_lag_seconds",
+            "The load generator's event-loop lag, the most over its last window: "
+            "every request's timing is late by this much.",
+        ),
+        (
+            "loop_lag_ms_p50",
+            "client_loop_lag_p50_seconds",
+            "The load generator's event-loop lag, median over its last window.",
+        ),
+    ):
+        v = health.get(key)
+        yield from _gauge(name, doc, None if v is None else float(v) / 1000, base)
+    cpu = health.get("cpu_pct")
+    yield from _gauge(
+        "client_cpu_percent",
+        "The load generator's CPU, % of one core (its loop can use at most one).",
+        None if cpu is None else float(cpu),
+        base,
+    )
+
+
+def _request_counters(snap: _Snapshot, base: list[str]) -> Iterator[Metric]:
+    req = CounterMetricFamily(
+        PREFIX + "requests",
+        "Finished requests (one per requests.jsonl line), by user and outcome.",
+        labels=(*RUN_LABELS, "user", "outcome"),
+    )
+    for (user, outcome), n in sorted(snap.requests.items()):
+        req.add_metric([*base, user, outcome], n)
+    yield req
+    err = CounterMetricFamily(
+        PREFIX + "request_errors",
+        "Failed requests by error class (outcome error).",
+        labels=(*RUN_LABELS, "error_class"),
+    )
+    for cls, n in sorted(snap.errors.items()):
+        err.add_metric([*base, cls], n)
+    yield err
+
+
+def _token_counters(snap: _Snapshot, base: list[str]) -> Iterator[Metric]:
+    for name, doc, values in (
+        (
+            "prompt_tokens",
+            "Prompt tokens sent (the server's count, else stress's estimate).",
+            snap.prompt_tokens,
+        ),
+        (
+            "cached_tokens",
+            "Prompt tokens the server reported served from its prefix cache.",
+            snap.cached_tokens,
+        ),
+        ("completion_tokens", "Tokens generated.", snap.completion_tokens),
+    ):
+        c = CounterMetricFamily(PREFIX + name, doc, labels=_USER_LABELS)
+        for user, n in sorted(values.items()):
+            c.add_metric([*base, user], n)
+        yield c
+
+
+def _user_ttft(snap: _Snapshot, base: list[str]) -> Iterator[Metric]:
+    """Each user's TTFT as a count and a sum (a histogram per user would multiply the
+    series by the buckets)."""
+    count = CounterMetricFamily(
+        PREFIX + "user_ttft_requests",
+        "Requests with a first token, by user (with stress_user_ttft_seconds_total: "
+        "the mean TTFT of each user).",
+        labels=_USER_LABELS,
+    )
+    total = CounterMetricFamily(
+        PREFIX + "user_ttft_seconds",
+        "Sum of the time to first token of each user's requests.",
+        labels=_USER_LABELS,
+    )
+    for user, (n, seconds) in sorted(snap.user_ttft.items()):
+        count.add_metric([*base, user], n)
+        total.add_metric([*base, user], seconds)
+    yield count
+    yield total
+
+
+def _histograms(snap: _Snapshot, base: list[str]) -> Iterator[Metric]:
+    for name, doc, (buckets, total) in (
+        ("ttft_seconds", "Time to first token (send to first text chunk).", snap.ttft),
+        (
+            "itl_seconds",
+            "Inter-token latency: the gap between consecutive text chunks "
+            "(binned when each request finishes).",
+            snap.itl,
+        ),
+        ("e2e_seconds", "Request latency, send to the last byte.", snap.e2e),
+        ("max_gap_seconds", "The longest silence within each request's stream.", snap.max_gap),
+        (
+            "decode_tokens_per_second",
+            "Each request's decode rate (tokens after the first / decode time).",
+            snap.decode,
+        ),
+    ):
+        h = HistogramMetricFamily(PREFIX + name, doc, labels=RUN_LABELS)
+        h.add_metric(base, buckets, total)
+        yield h
 
 
 class _ObservedRecorder(Recorder):

@@ -342,97 +342,71 @@ def metrics_text(cfg: SimConfig, engine: Engine, start_unix: float) -> str:
 
 
 def _vllm_metrics(cfg: SimConfig, engine: Engine, start_unix: float) -> str:
-    st = engine.stats
-    pool = engine.pool
     lbl = f'engine="0",model_name="{cfg.model}"'
     lines: list[str] = []
-
-    def metric(name: str, kind: str, help_: str, value: float, labels: str = lbl) -> None:
+    for name, kind, help_, series in _vllm_rows(engine):
         lines.append(f"# HELP {name} {help_}")
         lines.append(f"# TYPE {name} {kind}")
-        lines.append(f"{name}{{{labels}}} {_fmt(value)}")
-        if kind == "counter":
+        for extra, val in series:
+            lines.append(f"{name}{{{lbl}{extra}}} {_fmt(val)}")
+        # each unlabelled counter has its ``_created`` gauge beside it, as prometheus_client
+        # writes it; the families split by a label have none here
+        if kind == "counter" and series[0][0] == "":
             base = name.removesuffix("_total")
             lines.append(f"# HELP {base}_created {help_}")
             lines.append(f"# TYPE {base}_created gauge")
-            lines.append(f"{base}_created{{{labels}}} {_fmt(start_unix)}")
+            lines.append(f"{base}_created{{{lbl}}} {_fmt(start_unix)}")
+    lines.extend(_vllm_cache_config(cfg, engine, lbl))
+    return "\n".join(lines) + "\n"
 
-    metric(
-        "vllm:num_requests_running",
-        "gauge",
-        "Number of requests in model execution batches.",
-        len(engine.running),
-    )
-    metric(
-        "vllm:num_requests_waiting",
-        "gauge",
-        "Number of requests waiting to be processed.",
-        len(engine.waiting),
-    )
-    metric(
-        "vllm:kv_cache_usage_perc",
-        "gauge",
-        "KV-cache usage. 1 means 100 percent usage.",
-        pool.used / pool.num_blocks,
-    )
-    metric(
-        "vllm:prefix_cache_queries_total",
-        "counter",
-        "Prefix cache queries, in terms of number of queried tokens.",
-        st.cache_queries,
-    )
-    metric(
-        "vllm:prefix_cache_hits_total",
-        "counter",
-        "Prefix cache hits, in terms of number of cached tokens.",
-        st.cache_hits,
-    )
-    metric(
-        "vllm:num_preemptions_total",
-        "counter",
-        "Cumulative number of preemption from the engine.",
-        st.preemptions,
-    )
-    metric(
-        "vllm:prompt_tokens_total",
-        "counter",
-        "Number of prefill tokens processed.",
-        st.prompt_tokens,
-    )
-    metric(
-        "vllm:prompt_tokens_cached_total",
-        "counter",
-        "Number of cached prompt tokens (local + external).",
-        st.cache_hits,
-    )
-    lines.append("# HELP vllm:prompt_tokens_by_source_total Number of prompt tokens by source.")
-    lines.append("# TYPE vllm:prompt_tokens_by_source_total counter")
-    for src, val in (
-        ("local_compute", st.prompt_tokens - st.cache_hits),
-        ("local_cache_hit", st.cache_hits),
-        ("external_kv_transfer", 0),
-    ):
-        lines.append(f'vllm:prompt_tokens_by_source_total{{{lbl},source="{src}"}} {_fmt(val)}')
-    metric(
-        "vllm:generation_tokens_total",
-        "counter",
-        "Number of generation tokens processed.",
-        st.generation_tokens,
-    )
-    lines.append("# HELP vllm:request_success_total Count of successfully processed requests.")
-    lines.append("# TYPE vllm:request_success_total counter")
-    for reason in ("stop", "length", "abort"):
-        val = st.finished.get(reason, 0)
-        lines.append(f'vllm:request_success_total{{{lbl},finished_reason="{reason}"}} {_fmt(val)}')
+
+def _vllm_rows(engine: Engine) -> list[tuple[str, str, str, list[tuple[str, float]]]]:
+    """vLLM's families in its /metrics order: name, type, help, and each series' extra
+    labels with its value."""
+    st = engine.stats
+    pool = engine.pool
+    return [
+        ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+         [("", len(engine.running))]),
+        ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+         [("", len(engine.waiting))]),
+        ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+         [("", pool.used / pool.num_blocks)]),
+        ("vllm:prefix_cache_queries_total", "counter",
+         "Prefix cache queries, in terms of number of queried tokens.", [("", st.cache_queries)]),
+        ("vllm:prefix_cache_hits_total", "counter",
+         "Prefix cache hits, in terms of number of cached tokens.", [("", st.cache_hits)]),
+        ("vllm:num_preemptions_total", "counter",
+         "Cumulative number of preemption from the engine.", [("", st.preemptions)]),
+        ("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+         [("", st.prompt_tokens)]),
+        ("vllm:prompt_tokens_cached_total", "counter",
+         "Number of cached prompt tokens (local + external).", [("", st.cache_hits)]),
+        ("vllm:prompt_tokens_by_source_total", "counter", "Number of prompt tokens by source.",
+         [(',source="local_compute"', st.prompt_tokens - st.cache_hits),
+          (',source="local_cache_hit"', st.cache_hits),
+          (',source="external_kv_transfer"', 0)]),
+        ("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
+         [("", st.generation_tokens)]),
+        ("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+         [(f',finished_reason="{reason}"', st.finished.get(reason, 0))
+          for reason in ("stop", "length", "abort")]),
+    ]  # fmt: skip
+
+
+def _vllm_cache_config(cfg: SimConfig, engine: Engine, lbl: str) -> list[str]:
+    """vLLM's info gauge: the KV cache's geometry in its labels, its value always 1."""
+    pool = engine.pool
     info = (
         f'block_size="{cfg.block_size}",cache_dtype="auto",enable_prefix_caching='
         f'"{cfg.prefix_caching}",{lbl},kv_cache_size_tokens="{pool.num_blocks * cfg.block_size}",'
         f'num_gpu_blocks="{pool.num_blocks}"'
     )
-    lines.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
-    lines.append("# TYPE vllm:cache_config_info gauge")
-    lines.append(f"vllm:cache_config_info{{{info}}} 1.0")
-    return "\n".join(lines) + "\n"
+    return [
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+        "# TYPE vllm:cache_config_info gauge",
+        f"vllm:cache_config_info{{{info}}} 1.0",
+    ]
 
 
 def _sglang_metrics(cfg: SimConfig, engine: Engine) -> str:
