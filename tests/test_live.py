@@ -182,7 +182,7 @@ def test_the_headless_printer_shows_a_time_scaled_run_in_simulated_seconds() -> 
 
 
 def finished(
-    live: Live, user: int, t_end: float, completion: int, prompt: int, cached: int
+    live: Live, user: int, t_end: float, completion: int, prompt: int, cached: int | None
 ) -> None:
     rec = RequestRecord(
         user=user,
@@ -304,3 +304,14 @@ def test_the_live_counts_keep_cancelled_requests_apart_from_errors() -> None:
     assert (snap.errors, snap.cancelled) == (1, 1)
     printer = HeadlessPrinter(lambda: live.snapshot(2.0), 40.0, stream=io.StringIO())
     assert "ok 0, err 1, cancelled 1, empty 0" in printer.status(snap)
+
+
+def test_the_recent_cached_share_counts_only_requests_whose_cache_is_known() -> None:
+    """A server that reports no cached counts shows no hit rate ("-"), not 0 %; one that
+    reports them for some requests is judged over those (``figures.live_cached_share``)."""
+    live = Live(2)
+    for i in range(10):
+        finished(live, 0, 1.0 + i, completion=10, prompt=100, cached=None)
+    assert live.snapshot(12.0).cached_share_recent is None
+    finished(live, 1, 12.0, completion=10, prompt=100, cached=50)
+    assert live.snapshot(13.0).cached_share_recent == 0.5

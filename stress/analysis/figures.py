@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import statistics
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -463,6 +464,61 @@ def j_per_token(energy: float | None, tokens: int) -> float | None:
     return energy / tokens if energy is not None and tokens > 0 else None
 
 
+@figure("GPU mean (power, SM clock)")
+def sample_mean(samples: Iterable[float]) -> float | None:
+    """One card's mean power (W) or SM clock (MHz) over the run; None with no reading.
+
+    Population: the card's GPU samples over the run, unread ones (NaN) left out.
+
+    Formula: sum of the readings / their count."""
+    read = [float(v) for v in samples if not math.isnan(v)]
+    return math.fsum(read) / len(read) if read else None
+
+
+@figure("GPU peak (power, temperature)")
+def sample_peak(samples: Iterable[float]) -> float | None:
+    """One card's highest power (W) or temperature (C) over the run; None with no reading.
+
+    Population: the card's GPU samples over the run, unread ones (NaN) left out.
+
+    Formula: the largest reading."""
+    return max((float(v) for v in samples if not math.isnan(v)), default=None)
+
+
+@figure("live TTFT p50")
+def live_ttft_p50(ttfts: Sequence[float]) -> float | None:
+    """The live view's recent TTFT (s); None before the window holds one.
+
+    Population: non-warm-up requests with a first token that ended in the live view's
+    last minute.
+
+    Formula: median of their TTFT (``statistics.median``: the run's process loads no numpy)."""
+    return statistics.median(ttfts) if ttfts else None
+
+
+@figure("live output tok/s")
+def live_output_tok_s(tokens: int, span_s: float) -> float:
+    """The live view's recent output rate.
+
+    Population: requests that ended in the live view's window of whole seconds [t - 60, t],
+    warm-up included (the server generated those tokens too).
+
+    Formula: their completion_tokens / the window's span (a reply's tokens count at its end)."""
+    return tokens / span_s if span_s > 0 else 0.0
+
+
+@figure("live prefix-cache hit")
+def live_cached_share(cached: int, prompt: int) -> float | None:
+    """The live view's recent prefix-cache hit; None while no request in the window has
+    both counts.
+
+    Population: requests that ended in the live view's last minute whose cached_tokens and
+    prompt_tokens are known, warm-up included.
+
+    Formula: sum of cached_tokens / sum of prompt_tokens."""
+    return cached / prompt if prompt > 0 else None
+
+
 @figure("KV pool")
 def kv_pool_tokens(
     server_samples: Iterable[Mapping[str, Any]],
@@ -616,6 +672,11 @@ FIGURES: tuple[FigureDef, ...] = (
     ),
     defined(energy_j),
     defined(j_per_token),
+    defined(sample_mean),
+    defined(sample_peak),
+    defined(live_ttft_p50),
+    defined(live_output_tok_s),
+    defined(live_cached_share),
     defined(distribution),
 )
 """The figures every output shows, in the report's order: the registered ones (their

@@ -22,7 +22,6 @@ view is as smooth at any scale.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -390,8 +389,9 @@ class Live:
             rec.request_id,
         )
         u.recent = (*u.recent[max(0, len(u.recent) + 1 - RECENT_TURNS) :], turn)
-        cached = rec.cached_tokens or 0
-        _add(self._window, int(t_end), (rec.completion_tokens, prompt, cached))
+        known = rec.cached_tokens is not None  # live_cached_share's population
+        cached, judged = (rec.cached_tokens or 0, prompt) if known else (0, 0)
+        _add(self._window, int(t_end), (rec.completion_tokens, judged, cached))
         _add(self._buckets, int(t_end // self.BUCKET_S), (rec.completion_tokens,))
 
     def on_event(self, ev: RunEvent) -> None:
@@ -451,11 +451,11 @@ class Live:
             rounds_done=sum(self.outcomes.values()),
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
-            ttft_p50_recent=statistics.median(recent_ttft) if recent_ttft else None,
+            ttft_p50_recent=figures.live_ttft_p50(recent_ttft),
             ttft_recent=tuple(v for (_, v) in list(self._ttft)[-60:]),
-            out_tok_s_recent=sim_rate(out / span, scale),
+            out_tok_s_recent=sim_rate(figures.live_output_tok_s(out, span), scale),
             out_tok_s_history=tuple(history[-self.HISTORY :]),
-            cached_share_recent=(cached / prompt) if prompt else None,
+            cached_share_recent=figures.live_cached_share(cached, prompt),
             working_set_tokens=sum(u.conversation_tokens for u in self._users.values()),
             reconnects=self.reconnects,
             events=tuple(list(self.events)[-50:]),

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from stress.analysis import figures
 from stress.analysis.analyze import Analysis, analyze
 from stress.analysis.rundata import RunData
@@ -43,9 +41,6 @@ def gpu_table(run: RunData) -> Table | None:
     }
     rows = []
     for c in cards:
-        p = np.asarray(c.power_w)
-        t = np.asarray(c.temp_c)
-        s = np.asarray(c.sm_mhz)
         n = len(c.throttled)
         reasons = ", ".join(f"{k} {pct(v / n)}" for k, v in c.throttle_reasons.most_common() if n)
         info = collected.get(c.key) or {}
@@ -60,11 +55,11 @@ def gpu_table(run: RunData) -> Table | None:
             [
                 c.label,
                 str(len(c.t)),
-                num(float(np.nanmean(p))) if np.isfinite(p).any() else "-",
-                num(float(np.nanmax(p))) if np.isfinite(p).any() else "-",
+                num(figures.sample_mean(c.power_w)),
+                num(figures.sample_peak(c.power_w)),
                 num(c.power_limit_w),
-                num(float(np.nanmax(t))) if np.isfinite(t).any() else "-",
-                num(float(np.nanmean(s))) if np.isfinite(s).any() else "-",
+                num(figures.sample_peak(c.temp_c)),
+                num(figures.sample_mean(c.sm_mhz)),
                 pct(sum(c.throttled) / n if n else None),
                 reasons or "none",
                 idle,

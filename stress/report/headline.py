@@ -66,8 +66,8 @@ def throughput_windows(run: RunData, n_windows: int = 30) -> list[float]:
 
 
 def aggregate_tok_s(run: RunData) -> float | None:
-    d = run.duration_s
-    return figures.output_tokens(run.requests) / d if d > 0 else None
+    """The run's ``figures.output_tok_s``: its non-warm-up requests over its duration."""
+    return figures.output_tok_s(run.main, run.duration_s)
 
 
 def headline_stats(run: RunData) -> dict[str, Describe]:

@@ -353,3 +353,20 @@ def test_the_live_running_percentile_is_the_summarys_percentile(q: float) -> Non
             running.add(v)
             assert len(running) == i
             assert running.value() == figures.percentile(values[:i], q), (q, i)
+
+
+def test_gpu_sample_figures_leave_out_unread_samples() -> None:
+    nan = float("nan")
+    assert figures.sample_mean([100.0, nan, 300.0]) == 200.0
+    assert figures.sample_peak([100.0, nan, 300.0]) == 300.0
+    assert figures.sample_mean([nan, nan]) is None
+    assert figures.sample_peak([]) is None
+
+
+def test_live_window_figures() -> None:
+    assert figures.live_ttft_p50([0.3, 0.1, 0.2, 0.4]) == 0.25
+    assert figures.live_ttft_p50([]) is None
+    assert figures.live_output_tok_s(600, 60.0) == 10.0
+    assert figures.live_output_tok_s(600, 0.0) == 0.0
+    assert figures.live_cached_share(25, 100) == 0.25
+    assert figures.live_cached_share(0, 0) is None
