@@ -388,10 +388,7 @@ class CapacityAnswer:
 
 def pool_tokens(run: RunData) -> float | None:
     """The KV pool as ``figures.kv_pool_tokens`` finds it (llama.cpp: the probe's)."""
-    probe = run.manifest.get("probe")
-    return figures.kv_pool_tokens(
-        run.server, run.collector("server"), probe if isinstance(probe, dict) else None
-    )
+    return figures.kv_pool_tokens(run.server, run.collector("server"), run.manifest.probe)
 
 
 def _within_phrase(

@@ -133,9 +133,8 @@ def working_set(records: list[Record]) -> tuple[FloatArray, FloatArray]:
 # --- cache: KV pool and llama.cpp slots ---------------------------------------------
 
 
-def _probe(run: RunData) -> dict[str, Any]:
-    p = run.manifest.get("probe")
-    return p if isinstance(p, dict) else {}
+def _probe(run: RunData) -> Mapping[str, Any]:
+    return run.manifest.probe
 
 
 def _server_kind(run: RunData) -> str | None:
@@ -144,7 +143,7 @@ def _server_kind(run: RunData) -> str | None:
         run.collector("server").get("dialect"),
         sampled,
         _probe(run).get("kind"),
-        run.manifest.get("server_kind"),
+        run.manifest.server_kind,
     ):
         if kind in ("vllm", "sglang", "llamacpp"):
             return str(kind)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from stress.analysis.manifest import Manifest
 from stress.analysis.rows import RequestRow
 from stress.analysis.runfiles import Accounting, RunFiles
 
@@ -64,7 +65,7 @@ class RequestView:
     collectors' results, with the populations several rules share worked out once."""
 
     records: list[RequestRow]
-    manifest: dict[str, Any]
+    manifest: Manifest
     collectors: dict[str, Any]
     replied: list[RequestRow]
     """HTTP 200 and no failure: answered or not (empty and reasoning-only replies too)."""
@@ -75,7 +76,7 @@ class RequestView:
 
     @classmethod
     def of(
-        cls, records: list[RequestRow], manifest: dict[str, Any], collectors: dict[str, Any]
+        cls, records: list[RequestRow], manifest: Manifest, collectors: dict[str, Any]
     ) -> RequestView:
         replied = [r for r in records if r.get("http_status") == 200 and not r.get("error_class")]
         no_text = ("reasoning_only", "empty")
@@ -130,7 +131,7 @@ def health_warnings(files: RunFiles) -> list[dict[str, str]]:
 
 
 def warnings_for(
-    records: list[RequestRow], manifest: dict[str, Any], collectors: dict[str, Any]
+    records: list[RequestRow], manifest: Manifest, collectors: dict[str, Any]
 ) -> list[dict[str, str]]:
     """The loud warnings (each: code + one line). Decided on all requests, warm-up included."""
     return _fired(REQUEST_RULES, RequestView.of(records, manifest, collectors))
@@ -226,7 +227,7 @@ def _recorder_failed(v: RunView) -> str | None:
     reason or write error). Population: events, manifest, state. The run was stopped early
     and its figures cover only what reached the disk."""
     rec_failed = [e for e in v.files.events if e["kind"] == "recorder_failed"]
-    stopped = v.files.manifest.get("exit_reason") == "recorder_failed"
+    stopped = v.files.manifest.exit_reason == "recorder_failed"
     if not (rec_failed or stopped or v.acct.write_error):
         return None
     why = rec_failed[0].get("message") if rec_failed else v.acct.write_error
@@ -475,8 +476,7 @@ def _reconnects(v: RequestView) -> str | None:
 def _follow_ups(v: RequestView) -> list[RequestRow]:
     """Replied follow-up turns (turn > 1) of a scenario that reuses its prefix (cache not
     "cold"): the turns that should hit the prefix cache."""
-    cache_mode = v.manifest.get("scenario", {}).get("conversation", {}).get("cache")
-    if cache_mode == "cold":
+    if v.manifest.cache_mode == "cold":
         return []
     return [r for r in v.replied if (r.get("turn") or 1) > 1]
 
@@ -527,8 +527,7 @@ def _not_streamed(v: RequestView) -> str | None:
 def _token_estimate(v: RequestView) -> str | None:
     """The run counted tokens with an estimate (the manifest's tokenizer). Population: the
     run as a whole. A NOTE: paste budgets and ceilings are approximate."""
-    est = v.manifest.get("tokenizer", "")
-    if not (isinstance(est, str) and est.startswith("estimate")):
+    if not v.manifest.tokenizer.startswith("estimate"):
         return None
     return "Token budgets are estimates (no tokenizer available)."
 

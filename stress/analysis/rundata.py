@@ -13,10 +13,12 @@ samples, so every chart shares one time axis.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from stress.analysis.manifest import Manifest
 from stress.analysis.rows import EventRow, RequestRow
 from stress.analysis.runfiles import (
     Accounting,
@@ -38,7 +40,7 @@ class RunData:
     """The files of one run directory, parsed."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     requests: list[RequestRow]
     events: list[EventRow]
     files: RunFiles
@@ -50,25 +52,23 @@ class RunData:
 
     @property
     def run_id(self) -> str:
-        return str(self.manifest.get("run_id") or self.path.name)
+        return self.manifest.run_id
 
     @property
-    def scenario(self) -> dict[str, Any]:
-        sc = self.manifest.get("scenario")
-        return sc if isinstance(sc, dict) else {}
+    def scenario(self) -> Mapping[str, Any]:
+        return self.manifest.scenario
 
     @property
     def scenario_name(self) -> str:
-        return str(self.scenario.get("name") or "?")
+        return self.manifest.scenario_name
 
     @property
     def peak_users(self) -> int:
         """The most users (closed loop) or sessions (open loop) at once in any step: the
         run plan's figure as the manifest holds it; for a run directory without one, the
         busiest step's users as the scenario and the records show them."""
-        plan = self.manifest.get("plan")
-        if isinstance(plan, dict) and isinstance(plan.get("peak"), int):
-            return int(plan["peak"])
+        if self.manifest.plan_peak is not None:
+            return self.manifest.plan_peak
         sc = self.scenario
         counts = [(sc.get("users") or {}).get("count")]
         counts += [ph.get("users") for ph in sc.get("phases") or () if isinstance(ph, dict)]
@@ -126,7 +126,7 @@ def load_run(run_dir: Path, files: RunFiles | None = None) -> RunData:
     manifest, server, gpu = files.manifest, files.server, files.gpu
     scale = files.time_scale
     if scale != 1.0:  # a time-scaled simulator run: show simulated seconds, like summary.json
-        manifest = {**manifest, "duration_s": float(manifest.get("duration_s") or 0) * scale}
+        manifest = replace(manifest, duration_s=(manifest.duration_s or 0.0) * scale)
         server = [rescale_sample(s, scale) for s in server]
         gpu = [rescale_sample(g, scale) for g in gpu]  # on the same clock as every other chart
     for rec in gpu:

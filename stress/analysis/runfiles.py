@@ -21,6 +21,7 @@ from typing import Any, TypeGuard, cast, overload
 
 import orjson
 
+from stress.analysis.manifest import Manifest
 from stress.analysis.rows import EventRow, RequestRow
 from stress.core.errors import RunDirError
 from stress.core.record import OUTCOMES, SCHEMA_VERSION
@@ -180,7 +181,7 @@ class RunFiles:
     """A run directory's files, read and checked (telemetry on the wall clock)."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     collectors: dict[str, Any]
     """The collectors' end-of-run results (collectors.json; in the manifest before it)."""
     requests: list[RequestRow]
@@ -256,8 +257,8 @@ def _check_shape(obj: dict[str, Any], path: Path, prefix: str = "") -> None:
             )
 
 
-def read_manifest_checked(run_dir: Path) -> dict[str, Any]:
-    """The manifest, with every field the report reads of the type it must have."""
+def read_manifest_checked(run_dir: Path) -> Manifest:
+    """The manifest, every field the report reads checked to be of the type it must have."""
     path = run_dir / "manifest.json"
     if not run_dir.is_dir() or not path.is_file():
         raise RunDirError(
@@ -269,16 +270,16 @@ def read_manifest_checked(run_dir: Path) -> dict[str, Any]:
     scale = obj.get("time_scale")
     if scale is not None and scale <= 0:
         raise RunDirError(f"{path} is damaged: time_scale is {scale}, expected a number > 0")
-    return obj
+    return Manifest.of(obj, run_dir)
 
 
-def read_collectors(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def read_collectors(run_dir: Path, manifest: Manifest) -> dict[str, Any]:
     """The collectors' end-of-run results: ``collectors.json`` (written as the run ends;
     absent after a kill), else the manifest's ``collectors`` (runs before the split), each
     field the report reads checked like the manifest's."""
     path = run_dir / "collectors.json"
     if not path.is_file():
-        return manifest.get("collectors") or {}  # checked with the manifest
+        return dict(manifest.collectors)  # checked with the manifest
     obj = _json_object(path)
     _check_shape({"collectors": obj}, path, "collectors.")
     return obj
@@ -443,23 +444,23 @@ def end_time(r: Mapping[str, Any]) -> float:
 
 
 def run_duration(
-    manifest: dict[str, Any],
+    manifest: Manifest,
     state: dict[str, Any] | None,
     requests: Sequence[Mapping[str, Any]],
     scale: float,
 ) -> float:
     """How long the run lived: the manifest's duration; after a kill, how long state.json
     saw it alive (never less than the last request's end)."""
-    d = manifest.get("duration_s")
-    if _is_num(d) and d > 0:
-        return float(d) * scale
+    d = manifest.duration_s
+    if d is not None and d > 0:
+        return d * scale
     last = max((end_time(r) for r in requests), default=0.0)
     lived = float(state["t"]) * scale if state and "t" in state else 0.0
     return max(lived, last)
 
 
 def accounting(
-    manifest: dict[str, Any],
+    manifest: Manifest,
     requests: Sequence[Mapping[str, Any]],
     state: dict[str, Any] | None,
     quality: Quality,
@@ -485,9 +486,9 @@ def accounting(
     )
 
 
-def finished(manifest: Mapping[str, Any], state: Mapping[str, Any] | None) -> bool:
+def finished(manifest: Manifest, state: Mapping[str, Any] | None) -> bool:
     """Whether the run ended by itself: see ``RunFiles.finished``."""
-    return manifest.get("end_time") is not None or bool((state or {}).get("finished"))
+    return manifest.finished or bool((state or {}).get("finished"))
 
 
 def _telemetry(
@@ -569,7 +570,7 @@ def read_run_files(run_dir: Path) -> RunFiles:
     server = _telemetry(run_dir, "server.jsonl", quality, _clean_server)
     gpu = _telemetry(run_dir, "gpu.jsonl", quality, _clean_gpu)
     state = read_state(run_dir, quality)
-    scale = float(manifest.get("time_scale") or 1.0)
+    scale = manifest.time_scale
     if scale != 1.0:  # a time-scaled simulator run: report simulated seconds
         requests = [rescale_record(r, scale) for r in requests]
         events = [{**e, "t": e["t"] * scale} if "t" in e else e for e in events]

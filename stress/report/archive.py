@@ -56,20 +56,16 @@ def row_for(run_dir: Path) -> ArchiveRow:
     analysis = analyze(run_dir)
     run = analysis.run
     m = run.manifest
-    start = m.get("start_time")
-    date = (
-        time.strftime("%Y-%m-%d %H:%M", time.gmtime(float(start)))
-        if isinstance(start, int | float)
-        else "-"
-    )
+    start = m.start_time
+    date = time.strftime("%Y-%m-%d %H:%M", time.gmtime(start)) if start is not None else "-"
     hit = run.collector("server").get("hit_rate_run")
     a = analysis.capacity
     return ArchiveRow(
         date=date,
         run_id=run.run_id,
         scenario=run.scenario_name,
-        target=str(m.get("target_url") or "-"),
-        model=str(m.get("model") or "-"),
+        target=m.target_url or "-",
+        model=m.model or "-",
         users=run.peak_users,
         duration_s=round(run.duration_s, 1),
         verdict=analysis.verdict.status,

@@ -8,6 +8,7 @@ and driver. ``stress compare`` diffs these, so a flag that did not take effect s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from stress.analysis.rundata import RunData
@@ -30,7 +31,7 @@ SERVER_REPORTED_PREFIXES = ("server.", "model", "gpu")
 
 
 def _flatten(prefix: str, obj: Any, out: dict[str, str]) -> None:
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):
         for k, v in sorted(obj.items()):
             _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
     elif isinstance(obj, list) and not all(isinstance(x, str | int | float) for x in obj):
@@ -45,7 +46,7 @@ def fingerprint(run: RunData) -> dict[str, str]:
     sc = run.scenario
     out: dict[str, str] = {}
     out["scenario"] = run.scenario_name
-    out["scenario.sha256"] = str(m.get("scenario_sha256") or "-")[:16]
+    out["scenario.sha256"] = (m.scenario_sha256 or "-")[:16]
     for k in ("count",):
         if (sc.get("users") or {}).get(k) is not None:
             out["scenario.users"] = str(sc["users"][k])
@@ -56,28 +57,26 @@ def fingerprint(run: RunData) -> dict[str, str]:
     if (sc.get("request") or {}).get("max_tokens") is not None:
         out["scenario.max_tokens"] = str(sc["request"]["max_tokens"])
     _flatten("sim", (sc.get("target") or {}).get("sim") or {}, out)
-    _flatten("tool", m.get("versions") or {}, out)
-    out["target"] = str(m.get("target_url") or "-")
-    out["model"] = str(m.get("model") or "-")
-    models = m.get("models") or []
-    if models and isinstance(models[0], dict) and models[0].get("max_model_len"):
-        out["model.max_model_len"] = str(models[0]["max_model_len"])
+    _flatten("tool", m.versions, out)
+    out["target"] = m.target_url or "-"
+    out["model"] = m.model or "-"
+    if m.models and m.models[0].get("max_model_len"):
+        out["model.max_model_len"] = str(m.models[0]["max_model_len"])
     out["server.kind"] = str((sc.get("target") or {}).get("server") or "auto")
     server = run.collector("server")
     if server.get("dialect"):
         out["server.dialect"] = str(server["dialect"])
     if server.get("kv_pool_tokens"):
         out["server.kv_pool_tokens"] = f"{float(server['kv_pool_tokens']):.0f}"
-    if m.get("server_kind"):
-        out["server.kind"] = str(m["server_kind"])
-    probe = m.get("probe")
-    if isinstance(probe, dict):
-        for key in PROBE_KEYS:
-            if probe.get(key) not in (None, "", []):
-                out[f"server.{key}"] = str(probe[key])
-        _flatten("server.config", probe.get("effective_config") or {}, out)
-    if m.get("time_scale") not in (None, 1, 1.0):
-        out["sim.time_scale"] = str(m["time_scale"])
+    if m.server_kind:
+        out["server.kind"] = m.server_kind
+    probe = m.probe
+    for key in PROBE_KEYS:
+        if probe.get(key) not in (None, "", []):
+            out[f"server.{key}"] = str(probe[key])
+    _flatten("server.config", probe.get("effective_config") or {}, out)
+    if m.time_scale != 1.0:
+        out["sim.time_scale"] = str(m.time_scale)
     for i, c in enumerate(run.gpu_cards):
         if c.get("simulated") is True:
             out[f"gpu[{i}]"] = (
@@ -92,7 +91,7 @@ def fingerprint(run: RunData) -> dict[str, str]:
             f"power limit {c.get('power_limit_w')} W PCIe gen{pcie.get('gen_max')} "
             f"x{pcie.get('width')}/x{pcie.get('width_max')}"
         )
-    host = m.get("host") or {}
+    host = m.host
     if host.get("hostname"):
         out["host"] = f"{host.get('hostname')} ({host.get('cpus')} CPUs)"
     return out

@@ -144,10 +144,9 @@ def _mean_sd(values: list[float]) -> dict[str, Any]:
 def _server_section(files: RunFiles, records: list[RequestRow]) -> dict[str, Any]:
     """The server's own figures (from the metrics collector) plus the hit rate by round
     from the per-request cached tokens, and the KV pool as the report reads it."""
-    manifest = files.manifest
     collected = files.collectors.get("server")
     out: dict[str, Any] = dict(collected or {})
-    probe = manifest.get("probe") or {}
+    probe = files.manifest.probe
     out["kv_pool_tokens"] = figures.kv_pool_tokens(files.server, collected, probe)
     for key in ("kind", "version", "context_length", "kv_pool_tokens", "slots"):
         if probe.get(key) is not None:
@@ -178,16 +177,15 @@ def build_summary(run_dir: Path, analysis: Analysis | None = None) -> dict[str, 
     duration = files.duration_s
     overall = _group(main)
     overall["output_tok_s"] = figures.output_tok_s(main, duration)
-    scenario = manifest.get("scenario") or {}
     collectors = files.collectors
     summary = {
-        "run_id": manifest.get("run_id", run_dir.name),
-        "scenario": scenario.get("name"),
+        "run_id": manifest.run_id,
+        "scenario": manifest.scenario.get("name"),
         "complete": files.finished,
-        "exit_reason": manifest.get("exit_reason"),
+        "exit_reason": manifest.exit_reason,
         "duration_s": duration,
         "time_scale": files.time_scale,
-        "cache_mode": (scenario.get("conversation") or {}).get("cache"),
+        "cache_mode": manifest.cache_mode,
         "requests_total": len(records),
         "warmup_requests": len(records) - len(main),
         "accounting": files.accounting.as_dict(),

@@ -19,6 +19,7 @@ from stress.analysis.checks import (
     health_warnings,
     warnings_for,
 )
+from stress.analysis.manifest import Manifest
 from stress.analysis.rows import EventRow, RequestRow
 from stress.analysis.runfiles import Quality, RunFiles
 
@@ -46,7 +47,11 @@ def rows(records: list[dict[str, Any]]) -> list[RequestRow]:
 
 
 def codes(records: list[dict[str, Any]], manifest: Any = None, collectors: Any = None) -> list[str]:
-    return [w["code"] for w in warnings_for(rows(records), manifest or {}, collectors or {})]
+    return [w["code"] for w in warnings_for(rows(records), _manifest(manifest), collectors or {})]
+
+
+def _manifest(obj: dict[str, Any] | None = None) -> Manifest:
+    return Manifest.of(obj or {}, Path("run"))
 
 
 def run_files(
@@ -61,7 +66,7 @@ def run_files(
     state = {"sent": len(requests) if sent is None else sent, "finished": finished}
     return RunFiles(
         Path("run"),
-        {},
+        _manifest(),
         collectors or {},
         rows(requests),
         cast(list[EventRow], events or []),
@@ -168,7 +173,7 @@ def test_a_health_rule_fires_alone(files: RunFiles, code: str) -> None:
 
 
 def test_the_warning_text_is_the_rules() -> None:
-    [w] = warnings_for(rows([reply(), FAILED, FAILED]), {}, {})
+    [w] = warnings_for(rows([reply(), FAILED, FAILED]), _manifest(), {})
     assert w == {"code": "errors", "message": "2 requests failed (http_5xx: 2)"}
     [w] = health_warnings(run_files(requests=[reply(warmup=True)]))
     assert w["message"].startswith("NO REQUESTS FINISHED after warm-up (1 warm-up request only)")
