@@ -380,7 +380,13 @@ class CapacityAnswer:
             "goodput": self.goodput,
             "goodput_by_user": {str(k): v for k, v in sorted(self.goodput_by_user.items())},
             "causes": [
-                {"code": c.code, "title": c.title, "text": c.text, "weight": c.weight}
+                {
+                    "code": c.code,
+                    "title": c.title,
+                    "text": c.text,
+                    "weight": c.weight,
+                    "minor": c.minor,
+                }
                 for c in self.causes
             ],
         }
@@ -510,7 +516,7 @@ def _sentence(a: CapacityAnswer) -> str:
             parts.append("missed at the lowest load and length measured")
         else:
             parts.append(f"no bucket has {MIN_SAMPLES} requests to say where it broke")
-    if a.causes and a.causes[0].code != "telemetry_gaps":
+    if a.causes and a.causes[0].can_lead:
         parts.append(f"limited by {a.causes[0].title}")
     return "; ".join(parts)
 

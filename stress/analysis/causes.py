@@ -11,16 +11,21 @@ without the data for a cause gets nothing said about that cause.
 
 Every cause carries a ``weight`` in 0..1, roughly the share of the loss it explains (the
 share of TTFT spent waiting, of reusable tokens the cache lost, of decode speed lost...).
-``name_causes`` puts the heaviest first, so the first cause is the dominant limit; telemetry
-gaps explain nothing by themselves and always come last, with the figures they weaken.
+When the run missed its TTFT limit, the loss is the miss: the requests over the limit
+(``ttft_miss``), and each TTFT cause's weight is the share of those requests (or of their
+TTFT) it accounts for, so a cause that could explain a fraction of a second of a 10 s TTFT
+weighs that little. ``name_causes`` puts the heaviest first, so the first cause is the
+dominant limit; a cause that explains under ``MIN_EXPLAINED`` of the miss is ``minor`` and
+never first; telemetry gaps explain nothing by themselves and always come last, with the
+figures they weaken.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -60,6 +65,8 @@ OVERLAP_SHARE = 0.25
 """A stream counts as overlapped when others' prefill covered this share of its decode."""
 DECODE_DROP = 0.2
 """Overlapped streams this much slower (median) than clean ones name prefill interference."""
+MIN_EXPLAINED = 0.1
+"""A cause explaining less than this share of a TTFT miss is minor: never the first limit."""
 GAP_SHARE = 0.05
 """Failed (or late) telemetry requests at or above this share are a gap worth naming."""
 
@@ -77,22 +84,59 @@ class Cause:
     """0..1, about the share of the loss it explains; the heaviest is the dominant limit."""
     weakens: tuple[str, ...] = ()
     """For telemetry gaps: the figures the missing samples weaken."""
+    minor: bool = False
+    """It explains under ``MIN_EXPLAINED`` of the TTFT miss: said, never the first limit."""
+
+    @property
+    def can_lead(self) -> bool:
+        """Whether this cause may be named as the run's limit ("limited by ...")."""
+        return not self.minor and self.code != "telemetry_gaps"
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """What a TTFT cause has to explain: the requests whose TTFT was over the limit."""
+
+    limit: float
+    requests: list[Record]
+    ttft_median: float
+
+
+def ttft_miss(run: RunData) -> Miss | None:
+    """The requests over the scenario's TTFT limit (non-warm-up, text generated); None
+    without a limit or with fewer than ``MIN_REQUESTS`` over it."""
+    limit = run.manifest.slo.get("ttft_p95")
+    if not isinstance(limit, int | float) or limit <= 0:
+        return None
+    over = [
+        r
+        for r in run.main
+        if r.get("outcome") in figures.GENERATED and float(r.get("ttft_s") or 0.0) > limit
+    ]
+    if len(over) < MIN_REQUESTS:
+        return None
+    return Miss(float(limit), over, _median([float(r.get("ttft_s") or 0.0) for r in over]))
 
 
 def name_causes(run: RunData) -> list[Cause]:
-    """The causes the run's data shows, the dominant limit first; empty when none."""
+    """The causes the run's data shows, the dominant limit first; empty when none. With a
+    TTFT miss, the causes that explain under ``MIN_EXPLAINED`` of it follow the others,
+    marked minor."""
+    miss = ttft_miss(run)
     found = [
         c
         for c in (
-            *_cache_causes(run),
-            _ttft_cause(run),
-            preemption(run),
+            *_cache_causes(run, miss),
+            _ttft_cause(run, miss),
+            preemption(run, miss),
             prefill_interference(run),
-            client_overload(run),
+            client_overload(run, miss),
         )
         if c is not None
     ]
-    found.sort(key=lambda c: -c.weight)
+    if miss is not None:
+        found = [replace(c, minor=c.weight < MIN_EXPLAINED) for c in found]
+    found.sort(key=lambda c: (c.minor, -c.weight))
     gaps = telemetry_gaps(run)
     return found + ([gaps] if gaps is not None else [])
 
@@ -150,41 +194,78 @@ def _server_kind(run: RunData) -> str | None:
     return None
 
 
-def _cache_causes(run: RunData) -> list[Cause | None]:
-    slots = llamacpp_slots(run)
+def _cache_causes(run: RunData, miss: Miss | None) -> list[Cause | None]:
+    slots = llamacpp_slots(run, miss)
     # On llama.cpp the "pool" is the slots' contexts: with too few slots that is the cause,
     # and the same lost retention is not named twice.
-    return [slots] if slots is not None else [kv_pool(run)]
+    return [slots] if slots is not None else [kv_pool(run, miss)]
 
 
-def kv_pool(run: RunData) -> Cause | None:
+def _lost_prefix(r: Record) -> bool:
+    """The request could have reused a prefix and the cache kept under
+    ``RETENTION_FLOOR`` of it (it was prefilled again)."""
+    kept, could = float(r.get("cached_tokens") or 0), float(r.get("reusable_tokens") or 0)
+    return figures.counts_for_retention(r) and kept < RETENTION_FLOOR * could
+
+
+def _miss_share(miss: Miss, hit: Callable[[Record], bool], what: str) -> tuple[float, str]:
+    """The share of the miss's requests ``hit`` accepts, and a clause saying so."""
+    n = sum(1 for r in miss.requests if hit(r))
+    share = n / len(miss.requests)
+    return share, (
+        f"; {n:,} of the {len(miss.requests):,} requests over the {num(miss.limit)} s TTFT "
+        f"limit ({pct(share)}) {what}"
+    )
+
+
+def kv_pool(run: RunData, miss: Miss | None = None) -> Cause | None:
     """The working set (sum of live conversations) fills the KV pool and the cache lost
     what users came back to. Needs the pool (server samples, the collector's summary or
-    the probe: ``figures.kv_pool_tokens``) and the requests' conversation sizes."""
+    the probe: ``figures.kv_pool_tokens``) and the requests' conversation sizes.
+
+    Judged on the whole run and on the requests sent while the working set was above
+    ``POOL_PRESSURE`` of the pool (a cache can hold while the pool has room and lose
+    everything past it). With a TTFT miss, its weight is the share of the requests over
+    the limit that were sent at that pressure and prefilled their lost prefix again."""
     pool = figures.kv_pool_tokens(run.server, run.collector("server"), _probe(run) or None)
-    sums = working_set(run.requests)[1]
-    if not pool or not sums.size:
+    times, sums = working_set(run.requests)
+    if not pool or not sums.size or float(sums.max()) < POOL_PRESSURE * pool:
         return None
     peak = float(sums.max())
+
+    def pressed(r: Record) -> bool:
+        i = int(np.searchsorted(times, float(r.get("t_start") or 0.0), side="right")) - 1
+        return i >= 0 and float(sums[i]) >= POOL_PRESSURE * pool
+
     retention = figures.cache_retention(run.main)
-    if peak < POOL_PRESSURE * pool or (retention is not None and retention >= RETENTION_FLOOR):
+    under = figures.cache_retention([r for r in run.main if pressed(r)])
+    lost = [x for x in (retention, under) if x is not None and x < RETENTION_FLOOR]
+    if not lost and (retention is not None or under is not None):
         return None
-    hit = run.collector("server").get("hit_rate_run")
     loss = (
         f"cache retention {pct(retention)} of reusable tokens"
         if retention is not None
         else "cache retention not measured (no cached-token counts)"
     )
-    if isinstance(hit, int | float):
+    if under is not None and retention is not None and under < retention:
+        loss += f", {pct(under)} in requests sent with the pool over {pct(POOL_PRESSURE)} full"
+    if isinstance(hit := run.collector("server").get("hit_rate_run"), int | float):
         loss += f", server hit rate {pct(hit)}"
-    outgrew = peak > pool
+    weight = 1.0 - lost[0] if lost else 0.5
+    if miss is not None:
+        weight, said = _miss_share(
+            miss,
+            lambda r: pressed(r) and _lost_prefix(r),
+            "were sent at that pressure and prefilled their lost prefix again",
+        )
+        loss += said
     return Cause(
         "kv_pool",
-        "a KV pool smaller than the working set" if outgrew else "a nearly full KV pool",
+        "a KV pool smaller than the working set" if peak > pool else "a nearly full KV pool",
         f"Peak working set {tokens(peak)} tokens against a KV pool of {tokens(pool)} "
         f"({pct(peak / pool)} of it): users evict each other's cached blocks before they "
         f"return; {loss}.",
-        1.0 - retention if retention is not None else 0.5,
+        weight,
     )
 
 
@@ -217,7 +298,7 @@ def _collapse_text(by_round: list[tuple[int, float]]) -> str:
     return text
 
 
-def llamacpp_slots(run: RunData) -> Cause | None:
+def llamacpp_slots(run: RunData, miss: Miss | None = None) -> Cause | None:
     """More users than llama.cpp slots: each slot keeps one prompt, so a user's next turn
     finds its slot holding someone else's. Needs the probe's slot count (manifest) and the
     users in the requests; not named when the cache kept what users came back to."""
@@ -236,13 +317,12 @@ def llamacpp_slots(run: RunData) -> Cause | None:
     by_round = _retention_by_round(run.main)
     if by_round:
         text += f"; cache retention by round {_collapse_text(by_round)}"
+    weight = 1.0 - retention if retention is not None else 1.0 - slots / users
+    if miss is not None:
+        weight, said = _miss_share(miss, _lost_prefix, "found their prefix gone from the slot")
+        text += said
     text += f". Fix: --parallel {users} (with -c raised to match), or at most {slots} users."
-    return Cause(
-        "llamacpp_slots",
-        "more users than llama.cpp slots",
-        text,
-        1.0 - retention if retention is not None else 1.0 - slots / users,
-    )
+    return Cause("llamacpp_slots", "more users than llama.cpp slots", text, weight)
 
 
 # --- TTFT: waiting vs prefill -------------------------------------------------------
@@ -258,17 +338,23 @@ def _prompt_s(r: Record) -> float | None:
     return float(ms) / 1000.0 if isinstance(ms, int | float) and ms >= 0 else None
 
 
-def _ttft_cause(run: RunData) -> Cause | None:
+def _ttft_cause(run: RunData, miss: Miss | None = None) -> Cause | None:
     """Waiting or prefill, from llama.cpp's per-request timings where the records carry
-    them, else from the server's own histograms (vLLM, SGLang)."""
+    them (of the requests over the TTFT limit when the run missed it), else from the
+    server's own histograms (vLLM, SGLang)."""
     timed = [
         r
-        for r in run.main
+        for r in (miss.requests if miss is not None else run.main)
         if r.get("outcome") in figures.GENERATED
         and r.get("ttft_s") is not None
         and _prompt_s(r) is not None
     ]
-    return _llamacpp_ttft(run, timed) if len(timed) >= MIN_REQUESTS else _histogram_ttft(run)
+    if len(timed) < MIN_REQUESTS:
+        return _histogram_ttft(run)
+    over = f" over the {num(miss.limit)} s TTFT limit" if miss is not None else ""
+    return _llamacpp_ttft(
+        run, timed, f"(llama.cpp timings.prompt_ms, {len(timed):,} requests{over})"
+    )
 
 
 def _slot_shortage(run: RunData) -> bool | None:
@@ -287,7 +373,7 @@ def _slot_shortage(run: RunData) -> bool | None:
     return None
 
 
-def _llamacpp_ttft(run: RunData, recs: list[Record]) -> Cause | None:
+def _llamacpp_ttft(run: RunData, recs: list[Record], where: str) -> Cause | None:
     """llama.cpp: each reply's ``timings.prompt_ms`` is its prefill, so TTFT minus it is
     the time before prefill started; medians of each. That wait is a free slot's only when
     there were too few slots (or the server deferred requests): with a slot per user and
@@ -300,7 +386,6 @@ def _llamacpp_ttft(run: RunData, recs: list[Record]) -> Cause | None:
     pre = _median(prefill)
     if ttft < MIN_TTFT_S:
         return None
-    where = f"(llama.cpp timings.prompt_ms, {len(recs):,} requests)"
     if wait >= DOMINANT * ttft:
         head = f"Median TTFT {num(ttft)} s is {num(wait)} s of waiting before prefill started"
         shortage = _slot_shortage(run)
@@ -391,7 +476,44 @@ def _histogram_ttft(run: RunData) -> Cause | None:
 # --- preemptions ----------------------------------------------------------------------
 
 
-def preemption(run: RunData) -> Cause | None:
+def _preempted_windows(run: RunData) -> list[tuple[float, float]]:
+    """The scrape intervals (previous sample, sample] in which the server preempted."""
+    out = []
+    prev = None
+    for rec in run.server:
+        t = rec.get("t")
+        if not isinstance(t, int | float):
+            continue
+        if prev is not None and float((rec.get("deltas") or {}).get("preemptions") or 0) > 0:
+            out.append((prev, float(t)))
+        prev = float(t)
+    return out
+
+
+def _preemption_weight(run: RunData, count: float, miss: Miss | None) -> tuple[float, str]:
+    """Without a miss: preemptions per request. With one: the share of the requests over
+    the limit that waited for a first token while the server preempted (the scrape
+    windows), else (no per-window counts) preemptions per request over the limit."""
+    n = len(run.main)
+    if miss is None:
+        return (min(1.0, count / n) if n else 1.0), ""
+    windows = _Union(_preempted_windows(run))
+    if windows.starts:
+        return _miss_share(
+            miss,
+            lambda r: (
+                windows.overlap(
+                    float(r.get("t_start") or 0.0),
+                    float(r.get("t_start") or 0.0) + float(r.get("ttft_s") or 0.0),
+                )
+                > 0
+            ),
+            "waited for their first token while the server preempted",
+        )
+    return min(1.0, count / len(miss.requests)), ""
+
+
+def preemption(run: RunData, miss: Miss | None = None) -> Cause | None:
     """The server preempted (vLLM) or retracted (SGLang) running requests: its pool ran
     out mid-request. Needs the server collector's summary or its recorded deltas."""
     summary = run.collector("server")
@@ -400,7 +522,6 @@ def preemption(run: RunData) -> Cause | None:
         count = sum(float((rec.get("deltas") or {}).get("preemptions") or 0) for rec in run.server)
     if count <= 0:
         return None
-    n = len(run.main)
     verb = "retracted" if _server_kind(run) == "sglang" else "preempted"
     rate = summary.get("preemptions_per_min")
     if not isinstance(rate, int | float) and run.duration_s > 0:
@@ -414,9 +535,9 @@ def preemption(run: RunData) -> Cause | None:
         ": its KV pool ran out mid-request, and each one waits and is prefilled again"
         + (f"; median TTFT {num(ttft)} s" if ttft is not None else "")
         + (" with zero errors" if not errors and ttft is not None else "")
-        + "."
     )
-    return Cause("preemption", "KV-cache preemptions", text, min(1.0, count / n) if n else 1.0)
+    weight, said = _preemption_weight(run, count, miss)
+    return Cause("preemption", "KV-cache preemptions", text + said + ".", weight)
 
 
 # --- prefill interference on decode -------------------------------------------------
@@ -518,9 +639,12 @@ _CLIENT = {
 }
 
 
-def client_overload(run: RunData) -> Cause | None:
+def client_overload(run: RunData, miss: Miss | None = None) -> Cause | None:
     """stress's own event loop lagged (``client_overloaded`` events, the client collector's
-    summary): its cause as the collector named it, and for how much of the run."""
+    summary): its cause as the collector named it, and for how much of the run.
+
+    With a TTFT miss it can explain at most its largest lag of each request's TTFT: its
+    weight is then at most that lag over the median TTFT of the requests over the limit."""
     summary = run.collector("client")
     events = [e for e in run.events if e.get("kind") == "client_overloaded"]
     if not events and not summary.get("warnings"):
@@ -539,11 +663,16 @@ def client_overload(run: RunData) -> Cause | None:
         share = min(1.0, len(events) * 60.0 / max(run.duration_s, 60.0))
         extent = f"{len(events):,} warning{'s' if len(events) != 1 else ''}"
     lag_text = f", event-loop lag up to {num(lag)} ms" if isinstance(lag, int | float) else ""
+    bound = ""
+    if miss is not None and isinstance(lag, int | float):
+        share = min(share, lag / 1000.0 / miss.ttft_median)
+        bound = (
+            f" It can explain at most {num(lag / 1000.0)} s of the median "
+            f"{num(miss.ttft_median)} s TTFT of the {len(miss.requests):,} requests over the "
+            f"{num(miss.limit)} s limit."
+        )
     return Cause(
-        "client_overload",
-        title,
-        f"The client lagged {extent}{lag_text}: {why}.",
-        share,
+        "client_overload", title, f"The client lagged {extent}{lag_text}: {why}.{bound}", share
     )
 
 

@@ -126,7 +126,11 @@ def judge_step(step: Step, summaries: list[dict[str, Any]]) -> None:
         step.conversation_tokens = max(
             step.conversation_tokens, int(capacity.get("max_conversation_tokens") or 0)
         )
-        causes = [c for c in capacity.get("causes") or [] if c.get("code") != "telemetry_gaps"]
+        causes = [  # the causes that may lead (Cause.can_lead)
+            c
+            for c in capacity.get("causes") or []
+            if c.get("code") != "telemetry_gaps" and not c.get("minor")
+        ]
         if causes and not step.limit:
             step.limit = str(causes[0].get("title") or "")
         verdict = s.get("verdict") or {}
