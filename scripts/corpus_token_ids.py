@@ -3,7 +3,7 @@
 Each folder of ``stress/data/corpora`` ships a ``token-ids.<tokenizer>.bin`` holding its
 paragraphs' token ids, so ``stress run`` reads them instead of encoding the corpus on the
 way to its first request. Run this after changing a bundled document or the tokenizer;
-``tests/test_corpus.py`` fails while a shipped file does not match its corpus.
+``tests/load/test_corpus.py`` fails while a shipped file does not match its corpus.
 
     .venv/bin/python scripts/corpus_token_ids.py
 """

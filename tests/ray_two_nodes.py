@@ -1,4 +1,4 @@
-"""A Ray cluster of two nodes on this machine's loopback, for ``tests/test_ray_pool.py``.
+"""A Ray cluster of two nodes on this machine's loopback, for ``tests/runtime/test_ray_pool.py``.
 
 ``python tests/ray_two_nodes.py TEMP_DIR`` starts a head node and a second node (their own GCS,
 raylets and object stores, one logical CPU each) with Ray's ``cluster_utils.Cluster``, the

@@ -59,7 +59,7 @@ def _marker_tokens(marker: str) -> int:
     """Tokens of a marker line, counted once per shape: with every digit read as 0. Exact,
     because the pre-tokenizer cuts a run of digits into groups of at most three whatever
     the digits are, and every group of one to three digits is one token
-    (``tests/test_conversation.py`` holds both); a marker's numbers are all digits, so a
+    (``tests/load/test_conversation.py`` holds both); a marker's numbers are all digits, so a
     run counts a few shapes, not a marker per conversation."""
     return _shape_tokens(marker.translate(_DIGITS_AS_ZERO))
 

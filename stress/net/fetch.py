@@ -6,7 +6,7 @@ loads one HTTP client, not two: aiohttp's import (~0.1 s on a 2-core machine, ~0
 under gVisor, and ~10 MiB) stayed on the way to the first request only for these few
 requests (issue 15).
 
-What a request does, each tested in ``tests/test_fetch.py``:
+What a request does, each tested in ``tests/net/test_fetch.py``:
 
 - it never follows a redirect (it would carry the key elsewhere): the 3xx is the answer;
 - a connection the server closed before a byte of the reply is retried once on a fresh

@@ -9,7 +9,7 @@ parser to the request's :class:`Sink` (the SSE parser and the record), and the r
 task wakes once, when the reply has ended. The receive instant is taken in the read
 callback itself.
 
-What the pool guarantees (each is a test in ``tests/test_http1.py`` or ``test_client.py``):
+What the pool guarantees (each a test in ``tests/net/test_http1.py`` or ``test_client.py``):
 
 - a connection goes back to the pool only after a complete reply that allows keep-alive,
   and only when ``reuse`` is on; anything else (an error body cut short, a stall, a

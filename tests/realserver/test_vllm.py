@@ -6,7 +6,7 @@ blocks) and ``--enable-prompt-tokens-details`` so each reply reports its cached 
 Reasoning fields are not exercised here: SmolLM2 emits no reasoning and vLLM only fills
 ``delta.reasoning`` with a ``--reasoning-parser`` for a model that writes think tags; the
 client's handling of ``reasoning`` / ``reasoning_content`` is covered by the fake-server
-tests (tests/test_client.py).
+tests (tests/net/test_client.py).
 """
 
 from __future__ import annotations

@@ -118,8 +118,8 @@ async def test_target_url_credentials_never_leak(tmp_path: Path, out: Path) -> N
 
 async def test_the_key_echoed_to_a_worker_never_leaks(tmp_path: Path, out: Path) -> None:
     """``--workers 2``: each worker masks the key before a frame leaves it (the frames
-    themselves: ``tests/test_workers.py::test_a_workers_frames_carry_no_key_the_server_
-    echoed``), and no file or output of the run holds it."""
+    themselves: ``tests/runtime/test_workers.py::test_a_workers_frames_carry_no_key_the_
+    server_echoed``), and no file or output of the run holds it."""
     plan = write_scenario(
         tmp_path, users=2, rounds=2, target_extra={"api_key_env": "STRESS_API_KEY"}
     )

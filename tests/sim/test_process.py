@@ -18,7 +18,7 @@ import orjson
 import psutil
 import pytest
 
-from tests.test_run_reliability import the_run_dir, valid_lines, wait_for_state
+from tests.runtime.test_run_reliability import the_run_dir, valid_lines, wait_for_state
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = f"""\

@@ -26,7 +26,7 @@ from stress.runtime.run import execute
 from stress.store.recorder import Recorder
 from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make(

@@ -28,7 +28,7 @@ from stress.load.corpus import Corpus
 from stress.load.replay import PromptBuilder, TraceRequest, implied_reuse, load_mooncake
 
 STRESS = [sys.executable, "-m", "stress"]
-TRACE = Path(__file__).resolve().parents[1] / "stress" / "data" / "traces" / "mooncake_sample.jsonl"
+TRACE = Path(__file__).resolve().parents[2] / "stress" / "data" / "traces" / "mooncake_sample.jsonl"
 SCALE = 4
 SPEED = 2
 SIM_BLOCK = 16

@@ -15,7 +15,7 @@ from stress.core.tokens import count_tokens, get_tokenizer
 from stress.load.conversation import MESSAGE_OVERHEAD, Conversation, build_history
 from stress.load.corpus import Corpus
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASKS = ["Summarise the main points.", "What is the key argument?"]
 
 

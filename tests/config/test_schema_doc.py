@@ -18,7 +18,7 @@ from stress.config import schema_doc
 from stress.config.bundled import SCENARIOS, SCHEMA_FILE
 from stress.config.scenario import load_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REGENERATE = "regenerate them with `python -m stress.config.schema_doc --write`"
 
 BASE: dict[str, Any] = {

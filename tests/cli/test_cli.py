@@ -25,7 +25,7 @@ from stress.core.record import RequestRecord
 from tests.fakes import DONE, FakeServer, chunk, serve, stream, usage_chunk
 from tests.interpreter import fresh_interpreter
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REQUIRED_KEYS = set(RequestRecord.__dataclass_fields__)
 
 SCENARIO = """\

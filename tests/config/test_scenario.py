@@ -9,7 +9,7 @@ import pytest
 from stress.config.scenario import load_scenario, with_overrides
 from stress.core.errors import ScenarioError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 GOOD = """\
 name: t

@@ -11,7 +11,7 @@ from stress.core.errors import CorpusError
 from stress.core.tokens import EstimateTokenizer, count_tokens
 from stress.load.corpus import TOKEN_IDS, Corpus, check_corpus, corpus_files
 
-CORPORA = Path(__file__).resolve().parents[1] / "corpora"
+CORPORA = Path(__file__).resolve().parents[2] / "corpora"
 
 
 def test_shipped_corpora_are_large_and_multilingual() -> None:

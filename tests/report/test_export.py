@@ -25,7 +25,7 @@ from stress.cli.main import main
 from stress.report import export
 from tests.report.synth import manifest, request, write_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _csv(text: str) -> list[dict[str, str]]:

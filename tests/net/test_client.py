@@ -21,7 +21,7 @@ from stress.net.deadlines import TimeoutPolicy
 from stress.net.sse import MAX_EVENT_BYTES
 from tests.fakes import DONE, FakeServer, chunk, read_request, serve, stream, usage_chunk
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 POLICY = TimeoutPolicy(connect=2, first_token=2, stall=1, total=5)
 BODY = orjson.dumps({"model": "m", "messages": [], "stream": True})
 

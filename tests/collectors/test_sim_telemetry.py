@@ -13,7 +13,7 @@ from stress.analysis.runfiles import read_jsonl_counted
 from stress.config.scenario import load_scenario
 from stress.runtime.run import execute
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from stress.core.events import RunEvent
 from stress.runtime.background import run_collector
 from stress.store.recorder import Recorder
 from tests.fakes import FakeServer, chunk, ok_script, serve
-from tests.test_recorder import fill, small_disk
+from tests.store.test_recorder import fill, small_disk
 
 __all__ = ["small_disk"]  # the fixture, shared with test_recorder
 

@@ -18,7 +18,7 @@ import orjson
 
 from tests.interpreter import fresh_interpreter
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 END_OF_RUN = (
     "aiohttp",  # never in the run's process: the probe and scrapes go through stress.net.fetch

@@ -5,7 +5,7 @@ ground truth (what the server saw, by ``X-Request-ID``).
 The cluster's start-up is bounded by ``CLUSTER_START_S`` (about 5 s on an idle two-core
 machine; Ray's GCS, two raylets and their object stores); a cluster that cannot start
 here skips these tests with Ray's last words. Each run's timeout comes from its work
-(``tests/test_workers.py``'s ``_scenario``) plus the Ray workers' start-up.
+(``tests/runtime/test_workers.py``'s ``_scenario``) plus the Ray workers' start-up.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.test_workers import (
+from tests.runtime.test_workers import (
     STRESS,
     _jsonl,
     _one_record_per_request_seen,
@@ -48,7 +48,7 @@ def cluster() -> Iterator[tuple[str, Path]]:
     """A two-node Ray cluster on loopback: its address and its session folder."""
     temp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))  # short: Ray's socket paths
     proc = subprocess.Popen(
-        [sys.executable, str(Path(__file__).with_name("ray_two_nodes.py")), str(temp)],
+        [sys.executable, str(Path(__file__).parents[1] / "ray_two_nodes.py"), str(temp)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -76,7 +76,7 @@ def _slow_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay_s: float)
 
 
 def _sim_scenario(tmp_path: Path) -> Path:
-    corpus = Path(__file__).resolve().parents[1] / "corpora" / "en"
+    corpus = Path(__file__).resolve().parents[2] / "corpora" / "en"
     path = tmp_path / "s.yaml"
     path.write_text(
         "name: late_gpu\n"

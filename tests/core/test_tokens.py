@@ -64,7 +64,7 @@ def test_long_texts_are_estimated_from_samples_within_a_few_percent() -> None:
 
     from stress.core.tokens import EXACT_COUNT_CHARS, count_tokens, get_tokenizer
 
-    corpus = Path(__file__).resolve().parents[1] / "corpora" / "en"
+    corpus = Path(__file__).resolve().parents[2] / "corpora" / "en"
     text = "\n\n".join(p.read_text() for p in sorted(corpus.glob("*"))[:6])
     assert len(text) > 4 * EXACT_COUNT_CHARS
     exact = get_tokenizer().count(text)

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from stress.core.record import RequestRecord
 from stress.live.metrics_export import MetricsExporter, MetricsPortError, RunInfo
-from tests.test_cli import ROOT, cli, env, records, run_dir
+from tests.cli.test_cli import ROOT, cli, env, records, run_dir
 
 KEY = 'sk-live-"metrics"\\key-5e1f'
 
