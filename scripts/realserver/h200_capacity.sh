@@ -17,7 +17,7 @@
 #   `stress run` at the bracket's two ends (the hand check), and pack everything to $OUT.
 #
 # `.realserver/a` holds (see the doc's "Reproduce"): llama.cpp-src.tar.gz
-# (pack_llamacpp_src.sh), whl/*.whl (orjson, pydantic, pydantic_core, annotated-types,
+# (pack_llamacpp_src.sh), whl/*.whl (orjson, httptools, pydantic, pydantic_core, annotated-types,
 # typing-inspection, typing_extensions, gguf 0.19 for cp312), vocab.gguf (tokenizer.* keys of
 # SmolLM2's GGUF, 1.7 MB), gpu_bigmodel.py, src/stress (`git archive 7a74c0e stress`: the stress
 # that ran, frozen, so edits in progress in the working tree do not travel into the run;
@@ -26,7 +26,7 @@
 # folder only in .git/info/exclude, like .realserver/, is wiped between calls).
 #   CAP_SERVER_FLAGS (extra llama-server flags, e.g. "--cache-ram 0"), CAP_DEADLINE (s after
 #   the start by which everything must be packed, default 585), CAP_PORT (18080),
-#   CAP_CTX (131072 = 16 x 8192)
+#   CAP_CTX (131072 = 16 x 8192), CAP_MAX_REPEAT (passes a step may run while undecided, 4)
 set -uo pipefail
 MODE="${1:?usage: h200_capacity.sh build|search|all}"
 W="$PWD/build/realserver"
@@ -127,9 +127,12 @@ search() {
     # (~55 replies a pass set): two passes a step only when they fit
     BUDGET=$(( $(left) - 55 ))
     REPEAT=$(python3 -c "print(2 if 110 * $E2E16 + 45 <= $BUDGET else 1)")
-    el "search: ${BUDGET} s at most, ${REPEAT} pass(es) a step"
+    # a step whose passes straddle the SLO runs more, up to CAP_MAX_REPEAT (default 4)
+    MAXREP=$(( ${CAP_MAX_REPEAT:-4} > REPEAT ? ${CAP_MAX_REPEAT:-4} : REPEAT ))
+    el "search: ${BUDGET} s at most, ${REPEAT} pass(es) a step, up to ${MAXREP} when undecided"
     timeout "$BUDGET" python3 -m stress capacity "$RUNSCEN" --target "$URL" \
-        --out "$W/cap" --no-tui --progress-interval 15s --repeat "$REPEAT" >"$OUT/search_stdout.txt" 2>&1
+        --out "$W/cap" --no-tui --progress-interval 15s --repeat "$REPEAT" --max-repeat "$MAXREP" \
+        >"$OUT/search_stdout.txt" 2>&1
     el "search exit $?"
     grep -v '^\[' "$OUT/search_stdout.txt" | grep -E '^(step|capacity|llama.cpp|stopped|search)' || true
     ROOT="$(ls -d "$W"/cap/*/ | head -1)"

@@ -366,6 +366,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     flags = {"axis": args.axis, "start": args.start, "factor": args.factor}
     flags |= {"max_users": args.max_users}
     flags |= {"width": args.width, "repeat": args.repeat, "lengths": args.lengths}
+    flags |= {"max_repeat": args.max_repeat, "confidence": args.confidence}
     try:
         settings = SearchSpec.model_validate(
             loaded.scenario.search.model_dump() | {k: v for k, v in flags.items() if v is not None}
@@ -550,7 +551,18 @@ def _add_capacity_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--max-users", type=_positive_int, help="most users to try (64)")
     p.add_argument("--factor", type=float, help="growth of the user count per step (2)")
     p.add_argument("--width", type=_positive_int, help="stop at a bracket this narrow (1)")
-    p.add_argument("--repeat", type=_positive_int, help="passes per step (2)")
+    p.add_argument("--repeat", type=_positive_int, help="passes per step, at least (2)")
+    p.add_argument(
+        "--max-repeat",
+        type=_positive_int,
+        help="most passes a step runs to be decided, else UNDECIDED (3 x repeat)",
+    )
+    p.add_argument(
+        "--confidence",
+        type=float,
+        choices=(0.8, 0.9, 0.95, 0.99),
+        help="confidence a step's passes must give to call it MET or MISSED (0.9)",
+    )
     p.add_argument(
         "--no-tui",
         action="store_true",

@@ -653,6 +653,10 @@ class Phase(_Model):
         return v
 
 
+CONFIDENCES = (0.8, 0.9, 0.95, 0.99)
+"""The confidences a search step may be decided at (``stress.search.steps.T_TWO_SIDED``)."""
+
+
 class SearchSpec(_Model):
     """``stress capacity``: how the search for the users where the SLO breaks proceeds
     (docs/capacity.md). Command-line flags of the same names override these."""
@@ -670,7 +674,14 @@ class SearchSpec(_Model):
     width: Int = Field(default=1, ge=1, le=MAX_USERS)
     """Stop bisecting when the bracket [met, missed] is this narrow (in users)."""
     repeat: Int = Field(default=2, ge=1, le=20)
-    """Passes per step; a step is MET only when every pass met the SLO."""
+    """Passes per step at least; with 2 or more, a step whose passes leave the SLO inside
+    their spread runs more, up to ``max_repeat``."""
+    max_repeat: Int | None = Field(default=None, ge=1, le=50)
+    """The most passes a step may run to be decided (default 3 x repeat, or 1 for
+    repeat: 1); past it the step is UNDECIDED."""
+    confidence: Float = 0.9
+    """A step is MET (MISSED) when its passes' SLO factors put the limit above (below) their
+    interval at this confidence (Student t over log factors)."""
     length_start: Int = Field(default=2000, ge=1, le=MAX_TOKENS)
     """axis: length: tokens of history of the first step."""
     length_max: Int | None = Field(default=None, ge=1, le=MAX_TOKENS)
@@ -686,6 +697,15 @@ class SearchSpec(_Model):
     """A scenario bounded by rounds gets enough rounds per user for this many judged
     requests in each pass (the SLO needs 20)."""
 
+    @field_validator("confidence")
+    @classmethod
+    def _known_confidence(cls, v: float) -> float:
+        if v not in CONFIDENCES:
+            raise ValueError(
+                f"confidence is {v:g} -- fix: one of {', '.join(f'{c:g}' for c in CONFIDENCES)}"
+            )
+        return v
+
     @model_validator(mode="after")
     def _start_within_max(self) -> SearchSpec:
         if self.start > self.max_users:
@@ -693,7 +713,19 @@ class SearchSpec(_Model):
                 f"start ({self.start}) is above max_users ({self.max_users}) -- fix: start "
                 "lower or allow more users"
             )
+        if self.max_repeat is not None and self.max_repeat < self.repeat:
+            raise ValueError(
+                f"max_repeat ({self.max_repeat}) is below repeat ({self.repeat}) -- fix: "
+                "max_repeat at least repeat"
+            )
         return self
+
+    @property
+    def passes_max(self) -> int:
+        """The most passes a step runs: ``max_repeat``, else 3 x ``repeat`` (1 for 1)."""
+        if self.max_repeat is not None:
+            return self.max_repeat
+        return 1 if self.repeat == 1 else min(3 * self.repeat, 50)
 
 
 class Scenario(_Model):

@@ -173,6 +173,14 @@ def facts(doc: dict[str, Any]) -> list[str]:
     out.append(f"Criterion: the scenario's SLO, {doc.get('criterion')}.")
     if doc.get("stop_text"):
         out.append(f"Stopped: {doc['stop_text']}.")
+    if isinstance(b := doc.get("boundary"), dict) and b.get("text"):
+        out.append(f"Boundary: {str(b['text'])[0].upper()}{str(b['text'])[1:]}.")
+    if doc.get("undecided"):
+        out.append(
+            "UNDECIDED steps ran up to search.max_repeat passes and their SLO factors still "
+            f"held the limit inside their {doc.get('settings', {}).get('confidence', 0.9):g} "
+            "interval: the answer is stated only where the steps were decided."
+        )
     if doc.get("llamacpp_slots"):
         out.append(
             f"llama.cpp serves {doc['llamacpp_slots']} slots: at most that many requests run "

@@ -80,6 +80,8 @@ def pass_seconds(sc: Scenario, rounds: int | None, reply: Reply | None) -> float
 class Estimate:
     steps: int
     repeat: int
+    passes_max: int
+    """The most passes a step runs while it is UNDECIDED (the bound counts them all)."""
     shortest_s: float | None
     longest_s: float | None
     total_s: float | None
@@ -93,13 +95,22 @@ class Estimate:
 
     def line(self) -> str:
         """The one line the search prints before its first pass."""
-        head = f"expected duration: at most {self.steps} steps x {self.repeat} passes"
+        passes = (
+            f"{self.repeat}-{self.passes_max}" if self.passes_max > self.repeat else self.repeat
+        )
+        head = f"expected duration: at most {self.steps} steps x {passes} passes"
         if self.longest_s is None or self.shortest_s is None:
             return head + f"; a pass: {self._pass_text()} (replies not bounded: no decode SLO)"
         span = format_duration(self.longest_s + PASS_OVERHEAD_S)
         if round(self.shortest_s) != round(self.longest_s):
             span = f"{format_duration(self.shortest_s + PASS_OVERHEAD_S)}-{span}"
         total = format_duration(self.total_s or 0.0)
+        if self.passes_max > self.repeat and self.total_s:
+            decided = self.total_s * self.repeat / self.passes_max
+            total += (
+                f" ({format_duration(decided)} if every step is decided in its first "
+                f"{self.repeat} passes)"
+            )
         basis = self.reply.basis if self.reply else ""
         return f"{head}; a pass {span} ({self._pass_text()}); in all at most {total}" + (
             " while replies stay within the SLO" if basis == "within the SLO" else ""
@@ -143,7 +154,7 @@ def estimate(
 
     def cost(v: int) -> float:
         t = pass_seconds(sc, rounds_at(*users_tokens(v, rows[0])), reply)
-        return spec.repeat * ((t or 0.0) + PASS_OVERHEAD_S)
+        return spec.passes_max * ((t or 0.0) + PASS_OVERHEAD_S)
 
     steps = int(most_cost(first, lambda v: 1.0, uniform=True))
     total = most_cost(first, cost, uniform=length_axis)
@@ -158,6 +169,7 @@ def estimate(
     return Estimate(
         steps=steps,
         repeat=spec.repeat,
+        passes_max=spec.passes_max,
         shortest_s=min(known) if known else None,
         longest_s=max(known) if known else None,
         total_s=total if known else None,

@@ -20,7 +20,7 @@ from typing import Any
 
 from stress.config.scenario import LoadedScenario, Scenario, SearchSpec, with_overrides
 from stress.core.fmt import times, tokens
-from stress.search.steps import Search, Step
+from stress.search.steps import Search, Step, boundary, decide
 
 HEALTH_STOPS = frozenset({"hangs"})
 """Findings that end the search: a server that hangs at N users has answered it."""
@@ -112,51 +112,62 @@ def grid_lengths(loaded: LoadedScenario, spec: SearchSpec) -> list[int]:
     return rows
 
 
-def judge_step(step: Step, summaries: list[dict[str, Any]]) -> None:
-    """Fill ``step`` from its passes' summary.json: MET only when every pass met the SLO
-    and stayed healthy; MISSED when a pass missed it or failed its health; NOT JUDGED
-    when a pass had too few requests to judge."""
-    statuses: list[str] = []
-    for s in summaries:
-        server = s.get("server") or {}
-        if isinstance(server.get("probe_slots"), int) and server.get("probe_kind") == "llamacpp":
-            step.slots = int(server["probe_slots"])
-            step.slot_context = int(server.get("probe_context_length") or 0)
-        capacity = s.get("capacity") or {}
-        step.conversation_tokens = max(
-            step.conversation_tokens, int(capacity.get("max_conversation_tokens") or 0)
-        )
-        causes = [  # the causes that may lead (Cause.can_lead)
-            c
-            for c in capacity.get("causes") or []
-            if c.get("code") != "telemetry_gaps" and not c.get("minor")
-        ]
-        if causes and not step.limit:
-            step.limit = str(causes[0].get("title") or "")
-        verdict = s.get("verdict") or {}
-        checks = verdict.get("slo") or []
-        step.checks.append("; ".join(str(c.get("text")) for c in checks))
-        factors = [float(c["factor"]) for c in checks if isinstance(c.get("factor"), int | float)]
-        step.factors.append(max(factors, default=0.0))
-        fails = [
-            f
-            for f in verdict.get("findings") or []
-            if f.get("level") == "FAIL" and f.get("code") not in NOT_SLO
-        ]
-        step.reasons += [str(f.get("short")) for f in fails]
-        step.hang = step.hang or any(f.get("code") in HEALTH_STOPS for f in fails)
-        if fails:
-            statuses.append("MISSED")
-        elif not checks or any(c.get("status") == "NOT JUDGED" for c in checks):
-            statuses.append("NOT JUDGED")
-        else:
-            statuses.append("MISSED" if any(c.get("status") == "MISSED" for c in checks) else "MET")
-    if "MISSED" in statuses:
+def judge_step(
+    step: Step, summaries: list[dict[str, Any]], confidence: float = 0.9, passes_max: int = 1
+) -> None:
+    """Fill ``step`` from its passes' summary.json and decide it (``settle_step``)."""
+    settle_step(step, [read_pass(step, s) for s in summaries], confidence, passes_max)
+
+
+def read_pass(step: Step, s: dict[str, Any]) -> str:
+    """Add one pass's summary.json to ``step``; its own status: FAILED (its health
+    failed: a hang, a restart, errors), NOT JUDGED (too few requests), or MET / MISSED on
+    its SLO checks."""
+    server = s.get("server") or {}
+    if isinstance(server.get("probe_slots"), int) and server.get("probe_kind") == "llamacpp":
+        step.slots = int(server["probe_slots"])
+        step.slot_context = int(server.get("probe_context_length") or 0)
+    capacity = s.get("capacity") or {}
+    step.conversation_tokens = max(
+        step.conversation_tokens, int(capacity.get("max_conversation_tokens") or 0)
+    )
+    causes = [  # the causes that may lead (Cause.can_lead)
+        c
+        for c in capacity.get("causes") or []
+        if c.get("code") != "telemetry_gaps" and not c.get("minor")
+    ]
+    if causes and not step.limit:
+        step.limit = str(causes[0].get("title") or "")
+    verdict = s.get("verdict") or {}
+    checks = verdict.get("slo") or []
+    step.checks.append("; ".join(str(c.get("text")) for c in checks))
+    factors = [float(c["factor"]) for c in checks if isinstance(c.get("factor"), int | float)]
+    step.factors.append(max(factors, default=0.0))
+    fails = [
+        f
+        for f in verdict.get("findings") or []
+        if f.get("level") == "FAIL" and f.get("code") not in NOT_SLO
+    ]
+    step.reasons += [str(f.get("short")) for f in fails]
+    step.hang = step.hang or any(f.get("code") in HEALTH_STOPS for f in fails)
+    if fails:
+        return "FAILED"
+    if not checks or any(c.get("status") == "NOT JUDGED" for c in checks):
+        return "NOT JUDGED"
+    return "MISSED" if any(c.get("status") == "MISSED" for c in checks) else "MET"
+
+
+def settle_step(step: Step, statuses: list[str], confidence: float, passes_max: int) -> None:
+    """The step's status from its passes so far: MISSED when a pass failed its health,
+    NOT JUDGED when a pass could not be judged (or none ran), else ``decide`` on the
+    passes' SLO factors (MET, MISSED, or UNDECIDED while the limit is inside their
+    interval at ``confidence``)."""
+    if "FAILED" in statuses:
         step.status = "MISSED"
     elif "NOT JUDGED" in statuses or not statuses:
         step.status = "NOT JUDGED"
     else:
-        step.status = "MET"
+        step.status = decide(step.factors, confidence, passes_max)
 
 
 RunStep = Callable[[LoadedScenario, Path, str], Awaitable[Any]]
@@ -277,6 +288,20 @@ def step_text(step: Step) -> str:
     return f"{step.status} (SLO factor per pass: {spread}){why}"
 
 
+def _boundary_doc(search: Search) -> dict[str, Any] | None:
+    """capacity.json's ``boundary``: the monotone fit's crossing of the limit, or None."""
+    b = boundary(search)
+    if b is None:
+        return None
+    return {
+        "value": b.value,
+        "below": list(b.below),
+        "above": list(b.above),
+        "cliff": b.cliff,
+        "text": b.text(search.fmt),
+    }
+
+
 def document(
     rows: list[Row],
     settings: SearchSpec,
@@ -305,6 +330,8 @@ def document(
         "llamacpp_slots": next((s.slots for s in steps if s.slots), None),
         "llamacpp_slot_context": next((s.slot_context for s in steps if s.slot_context), None),
         "bound": first.bound or None,
+        "undecided": [st.value for st in first.undecided],
+        "boundary": _boundary_doc(first),
         "stop": first.stop,
         "stop_text": "; ".join(dict.fromkeys(stop_text(r.search) for r in rows if r.search.stop)),
     }

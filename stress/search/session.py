@@ -37,9 +37,10 @@ from stress.search.runner import (
     bound_by_slots,
     document,
     grid_lengths,
-    judge_step,
     make_search,
     map_text,
+    read_pass,
+    settle_step,
     slo_text,
     slot_history,
     slot_sentence,
@@ -48,7 +49,7 @@ from stress.search.runner import (
     step_text,
     stop_text,
 )
-from stress.search.steps import Search, Step
+from stress.search.steps import Search, Step, boundary
 from stress.store.recorder import new_run_dir, write_json
 
 State = Literal["running", "finished", "interrupted", "server lost", "failed"]
@@ -239,15 +240,22 @@ class SearchRun:
         return value, row.length
 
     async def _step(self, row: Row, step: Step, at_step: LoadedScenario) -> Step | None:
-        """Run the step's passes. It is judged only when every pass ran to its end; else
-        it is INTERRUPTED or SERVER LOST with the figures of the passes it recorded (None:
-        not one pass started, the server being gone)."""
+        """Run the step's passes: ``repeat``, then more while the step is UNDECIDED, up to
+        ``passes_max``. It is judged only when every pass ran to its end; else it is
+        INTERRUPTED or SERVER LOST with the figures of the passes it recorded (None: not one
+        pass started, the server being gone)."""
         summaries: list[dict[str, Any]] = []
-        repeat, cut = self.settings.repeat, False
-        for k in range(repeat):
+        statuses: list[str] = []
+        spec = self.settings
+        repeat, most, cut = spec.repeat, spec.passes_max, False
+        for k in range(most):
             if self.halted:
                 break
-            line = self.progress.line(row, step.value, k, repeat, self.at)
+            if k >= repeat:
+                settle_step(step, statuses, spec.confidence, most)
+                if step.status != "UNDECIDED":
+                    break
+            line = self.progress.line(row, step.value, k, repeat if k < repeat else most, self.at)
             self.say(line)
             self.in_flight = f"{row.search.fmt(step.value)}, pass {k + 1}/{repeat}"
             outcome = await self._pass(at_step, line)
@@ -256,6 +264,7 @@ class SearchRun:
                 break
             step.run_dirs.append(str(Path(outcome.run_dir).relative_to(self.root)))
             summaries.append(outcome.summary)
+            statuses.append(read_pass(step, outcome.summary))
             if outcome.exit_reason == "interrupted":
                 self.halt(
                     "interrupted", f"Ctrl-C, SIGTERM or q during the pass at {self.in_flight}"
@@ -266,7 +275,7 @@ class SearchRun:
         self.in_flight = ""
         if not summaries and self.state == "server lost":
             return None
-        judge_step(step, summaries)
+        settle_step(step, statuses, spec.confidence, most)
         if self.state == "server lost":
             step.status = "SERVER LOST"
         elif cut or len(summaries) < repeat:
@@ -313,6 +322,9 @@ class SearchRun:
                     "tokens: at most that many requests run at once (others wait), and no "
                     "conversation grows past a slot's context"
                 )
+            for r in self.rows if not self.grid else ():
+                if (b := boundary(r.search)) is not None:
+                    self.say(b.text(r.search.fmt))
             stops = dict.fromkeys(stop_text(r.search) for r in self.rows)
             self.say(f"stopped: {'; '.join(stops)}")
         self.say(

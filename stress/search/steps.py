@@ -7,20 +7,28 @@ it and the first that missed, until the bracket is ``width`` users wide:
 
     1 MET, 2 MET, 4 MET, 8 MISSED -> 6 MET -> 7 MISSED: capacity 6 users [6-7]
 
-A step that fails the run's health (a hang, a restart, errors above ``slo.error_rate``)
-counts as missed; a hang also stops the search (a server that hangs at N users has
-answered the question). A step whose passes have fewer than ``MIN_SAMPLES`` requests
-cannot be judged: the search stops and says to lengthen the steps, rather than guess.
+A step is decided sequentially (``decide``): its passes' SLO factors, on a log scale, give
+an interval at the search's confidence; the step is MET when the interval lies below the
+limit, MISSED when above, and otherwise runs another pass, up to ``max_repeat``, after
+which it is UNDECIDED: the SLO sits inside the pass-to-pass spread there. The path treats
+an UNDECIDED step like a missed one (the capacity is stated only where it was decided)
+and the answer names it. A step that fails the run's health (a hang, a restart, errors
+above ``slo.error_rate``) counts as missed at once; a hang also stops the search (a
+server that hangs at N users has answered the question). A step whose passes have fewer
+than ``MIN_SAMPLES`` requests cannot be judged: the search stops and says to lengthen the
+steps, rather than guess.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import math
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-StepStatus = Literal["MET", "MISSED", "NOT JUDGED", "INTERRUPTED", "SERVER LOST"]
+StepStatus = Literal["MET", "MISSED", "UNDECIDED", "NOT JUDGED", "INTERRUPTED", "SERVER LOST"]
 """INTERRUPTED and SERVER LOST: a step the search did not finish (Ctrl-C, the server went
 away); neither is judged, so neither moves the bracket."""
 StopReason = Literal["bracket", "maximum", "hang", "not_judged", "missed_at_start"]
@@ -83,9 +91,15 @@ class Search:
 
     @property
     def missed(self) -> Step | None:
-        """The smallest step that missed."""
-        bad = [s for s in self.steps if s.status == "MISSED"]
+        """The smallest step that missed, or that could not be decided (UNDECIDED): the
+        bracket's upper end, since the capacity is stated only where it was decided."""
+        bad = [s for s in self.steps if s.status in ("MISSED", "UNDECIDED")]
         return min(bad, key=lambda s: s.value, default=None)
+
+    @property
+    def undecided(self) -> list[Step]:
+        """The steps whose passes left the SLO inside their spread."""
+        return sorted((s for s in self.steps if s.status == "UNDECIDED"), key=lambda s: s.value)
 
     def next_value(self) -> int | None:
         """The user count to try next; None when the search has its answer (``stop``)."""
@@ -139,7 +153,20 @@ class Search:
         if hi is None:
             return f">= {self.fmt(lo.value)} (the SLO held up to the most tried)"
         bracket = f"[{self.fmt(lo.value).split()[0]}-{self.fmt(hi.value).split()[0]}]"
-        return f"{self.fmt(lo.value)} {bracket}"
+        return f"{self.fmt(lo.value)} {bracket}{self.undecided_note()}"
+
+    def undecided_note(self) -> str:
+        """'; UNDECIDED at 18 users: the SLO sits inside the pass-to-pass spread (x0.98-x1.03
+        over 6 passes)', or ''."""
+        if not self.undecided:
+            return ""
+        where = ", ".join(
+            f"{self.fmt(s.value)} (x{min(s.factors):.3g}-x{max(s.factors):.3g} over "
+            f"{len(s.factors)} passes)"
+            for s in self.undecided
+            if s.factors
+        )
+        return f"; UNDECIDED at {where}: the SLO sits inside the pass-to-pass spread there"
 
 
 def most_cost(search: Search, cost: Callable[[int], float], uniform: bool = False) -> float:
@@ -175,3 +202,108 @@ def most_cost(search: Search, cost: Callable[[int], float], uniform: bool = Fals
         if value >= top:
             return max(worst, spent)
         prev, value = value, min(top, max(value + 1, round(value * search.factor)))
+
+
+T_TWO_SIDED: dict[float, tuple[float, ...]] = {
+    0.8: (3.078, 1.886, 1.638, 1.533, 1.476, 1.440, 1.415, 1.397, 1.383, 1.372),
+    0.9: (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812),
+    0.95: (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228),
+    0.99: (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169),
+}
+"""Student's t, two-sided, by confidence, for 1-10 degrees of freedom (no scipy at run
+time); past 10 the value at 10, a little wider than the true one (under 9 %), so the
+interval errs on the side of UNDECIDED."""
+
+
+def t_quantile(confidence: float, df: int) -> float:
+    row = T_TWO_SIDED[confidence]
+    return row[min(df, len(row)) - 1]
+
+
+Decision = Literal["MET", "MISSED", "UNDECIDED"]
+
+
+def decide(factors: Sequence[float], confidence: float, passes_max: int) -> Decision:
+    """A step's status from its passes' worst SLO factors (above 1: missed) so far.
+
+    The mean of log(factor) over the passes with a Student t interval at ``confidence``:
+    MET when the whole interval is below 0 (the limit), MISSED when above. A single pass
+    decides alone only when the search allows one pass a step (``passes_max`` 1); else
+    one pass, or an interval that holds the limit, is UNDECIDED (the caller runs another
+    pass while it may)."""
+    if passes_max == 1 and len(factors) == 1:
+        return "MISSED" if factors[0] > 1.0 else "MET"
+    if len(factors) < 2:
+        return "UNDECIDED"
+    logs = [math.log(max(f, 1e-9)) for f in factors]
+    mean = statistics.fmean(logs)
+    half = t_quantile(confidence, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    if mean + half < 0.0:
+        return "MET"
+    if mean - half > 0.0:
+        return "MISSED"
+    return "UNDECIDED"
+
+
+CLIFF_RATIO = 2.0
+"""A factor that at least doubles between two tried values the search's width apart marks
+the boundary as a cliff (a slot or pool limit), not a slope."""
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """Where a monotone fit over every judged step's SLO margin crosses the limit."""
+
+    value: float
+    """The interpolated axis value at factor 1."""
+    below: tuple[int, float]
+    """(value, fitted factor) of the fitted step just below the crossing."""
+    above: tuple[int, float]
+    cliff: bool
+
+    def text(self, fmt: Callable[[int], str]) -> str:
+        unit = fmt(2).split()[-1]
+        line = (
+            f"a monotone fit over every step puts the limit at ~{self.value:.3g} {unit} "
+            f"(x{self.below[1]:.3g} at {self.below[0]}, x{self.above[1]:.3g} at {self.above[0]})"
+        )
+        if self.cliff:
+            line += "; a cliff: the SLO factor jumps, the boundary is a discontinuity"
+        return line
+
+
+def _isotonic(points: list[tuple[int, float, int]]) -> list[float]:
+    """Pool-adjacent-violators: the non-decreasing fit of (value, y, weight) by value."""
+    blocks: list[list[float]] = []  # [sum of w*y, sum of w, count]
+    for _, y, w in points:
+        blocks.append([w * y, float(w), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            last = blocks.pop()
+            blocks[-1] = [a + b for a, b in zip(blocks[-1], last, strict=True)]
+    out: list[float] = []
+    for total, weight, count in blocks:
+        out += [total / weight] * int(count)
+    return out
+
+
+def boundary(search: Search) -> Boundary | None:
+    """The crossing of factor 1 by a non-decreasing fit of each judged step's mean
+    log(factor) (weighted by its passes) against the axis value; None when every fitted
+    step is on one side of the limit."""
+    judged = sorted(
+        (s for s in search.steps if s.status in ("MET", "MISSED", "UNDECIDED") and s.factors),
+        key=lambda s: s.value,
+    )
+    points = [
+        (s.value, statistics.fmean(math.log(max(f, 1e-9)) for f in s.factors), len(s.factors))
+        for s in judged
+    ]
+    fit = _isotonic(points)
+    for i in range(1, len(points)):
+        y0, y1 = fit[i - 1], fit[i]
+        if y0 < 0.0 <= y1:
+            v0, v1 = points[i - 1][0], points[i][0]
+            at = v0 + (v1 - v0) * (0.0 - y0) / (y1 - y0) if y1 > y0 else float(v1)
+            cliff = v1 - v0 <= search.width and math.exp(y1 - y0) >= CLIFF_RATIO
+            return Boundary(at, (v0, math.exp(y0)), (v1, math.exp(y1)), cliff)
+    return None
