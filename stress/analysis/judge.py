@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from stress.analysis import figures
 from stress.analysis.checks import accounting_text, health_warnings, level_of, warnings_for
+from stress.analysis.hangs import hang_count
 from stress.analysis.rows import EventRow, RequestRow
 from stress.analysis.rundata import RunData
 from stress.analysis.stats import describe, percentile_interval
@@ -329,7 +330,9 @@ def slo_checks(run: RunData) -> list[SloCheck]:
                 limit,
                 figures.percentile(values, q),
                 len(values),
-                percentile_interval(values, q) if len(values) >= MIN_SAMPLES else None,
+                percentile_interval(values, q, clusters=figures.generated_users(main, field))
+                if len(values) >= MIN_SAMPLES
+                else None,
                 worse,
             )
         )
@@ -457,7 +460,7 @@ def _server_items(run: RunData, t: RequestTally) -> tuple[_Trouble, list[str]]:
     server = run.collector("server")
     preempt = server.get("preemptions")
     c = _Trouble(
-        len(_events(run, "hang_suspected")) or int(server.get("hangs_suspected") or 0),
+        hang_count(run.events, server),
         len(_events(run, "restart")) or int(server.get("restarts") or 0),
         len(_events(run, "server_down")) or int(server.get("down_events") or 0),
         float(preempt) if isinstance(preempt, int | float) else 0.0,

@@ -518,7 +518,12 @@ class ServerCollector(Collector):
                 f"no generation progress for {stalled:.0f}s with {running or 0:.0f} running "
                 f"and {waiting or 0:.0f} waiting on the server",
                 "error",
-                {"stalled_s": round(stalled, 3), "running": running, "waiting": waiting},
+                {
+                    "stalled_s": round(stalled, 3),
+                    "silent_since_s": round(s.t - stalled, 3),
+                    "running": running,
+                    "waiting": waiting,
+                },
                 s.t,
             )
 

@@ -46,7 +46,8 @@ EventKind = Literal[
     "client_overloaded",  # warning: stress itself may be the bottleneck
     "hang_suspected",  # error: requests in flight and no bytes for telemetry.hang_after
     "hang_cleared",  # warning: bytes flow again (every detector that saw the hang cleared)
-    "hang_corroborated",  # info: a second detector sees the hang already counted (hangs.py)
+    "hang_corroborated",  # info: another detector sees the hang already counted, maybe
+    # after it cleared (data late: true; analysis/hangs.py decides it is the same hang)
     "hang_partly_cleared",  # info: one detector cleared, another still sees the hang
     "restart",  # error: the server restarted (its counters went back)
     "server_down",

@@ -189,6 +189,7 @@ async def monitor(
                         "this)",
                         "error",
                         source="client",
+                        data={"silent_since_s": round(hung_since, 3)},
                     )
                 )
         elif hung_since is not None and quiet < hang_after:
