@@ -15,6 +15,7 @@ from stress.analysis.arrivals import OpenLoad, open_load
 from stress.analysis.capacity import CapacityAnswer, capacity_answer
 from stress.analysis.itl import TokenTiming, token_timing
 from stress.analysis.judge import Verdict, make_verdict
+from stress.analysis.pauses import Pauses, server_pauses
 from stress.analysis.rundata import RunData, load_run
 from stress.analysis.runfiles import RunFiles
 
@@ -28,6 +29,8 @@ class Analysis:
     """ITL, TPOT and goodput on TTFT + ITL (``tokens.bin``)."""
     load: OpenLoad | None = None
     """Offered vs achieved load of an open-loop run (``arrivals:``); None: closed loop."""
+    pauses: Pauses | None = None
+    """Server-wide pauses (``tokens.bin``: every running stream silent together)."""
 
 
 def analyze(run_dir: Path, files: RunFiles | None = None) -> Analysis:
@@ -37,5 +40,10 @@ def analyze(run_dir: Path, files: RunFiles | None = None) -> Analysis:
     run = load_run(run_dir, files)
     verdict = make_verdict(run)
     return Analysis(
-        run, verdict, capacity_answer(run, verdict.slo), token_timing(run), open_load(run)
+        run,
+        verdict,
+        capacity_answer(run, verdict.slo),
+        token_timing(run),
+        open_load(run),
+        server_pauses(run),
     )

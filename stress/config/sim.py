@@ -31,6 +31,7 @@ FaultKind = Literal[
     "wrong_content_type",
     "restart",
     "hang",
+    "pause",
 ]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
@@ -60,7 +61,7 @@ class FaultRule(BaseModel):
         10.0,
         ge=0.0,
         description="Simulated seconds: stall length, slow-header delay, restart downtime, "
-        "hang length (then the connection is dropped).",
+        "hang length (then the connection is dropped), server-wide pause length.",
     )
     retry_after_s: int = Field(1, ge=0, description="Retry-After header value for http_429.")
     size_bytes: int = Field(

@@ -120,7 +120,7 @@ def make_report(run_dir: Path, charts: bool = True, analysis: Analysis | None = 
     sections = [
         capacity,
         *([load] if load is not None else []),
-        itl_section(analysis.tokens),
+        itl_section(analysis.tokens, analysis.pauses),
         Section("charts", "Charts", charts=chart_list),
         *([Section("gpus", gt.title, tables=[gt])] if gt is not None else []),
         Section("tables", "Per user, per round, phases", tables=tables, folded=True),

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from stress.analysis.itl import Group, TokenTiming
 from stress.analysis.loghist import LogHistogram
+from stress.analysis.pauses import MIN_STREAMS, Pauses, describe_pauses
 from stress.analysis.stats import describe
 from stress.core.fmt import num, pct
 from stress.report.model import Section, Table
 
 MS = 1000.0
+ONE_READ_NOTE = (
+    "Percentiles come from log bins within 1% (mean and longest exact); chunks that "
+    "arrived in one read count a gap of 0."
+)
+"""The ITL footnote, in the report's ITL section and under the terminal summary's table."""
 
 
 def ms(v: float | None) -> str:
@@ -81,8 +87,7 @@ def paragraphs(t: TokenTiming) -> list[str]:
             f"Inter-token latency over {h.n:,} gaps between text chunks of "
             f"{t.overall.requests:,} requests: p50 {ms(h.percentile(50))} ms, p95 "
             f"{ms(h.percentile(95))} ms, p99 {ms(h.percentile(99))} ms, longest "
-            f"{ms(h.high if h.n else None)} ms. Percentiles come from log bins within 1% "
-            "(mean and longest exact); chunks that arrived in one read count a gap of 0."
+            f"{ms(h.high if h.n else None)} ms. {ONE_READ_NOTE}"
         )
     else:
         out.append(
@@ -109,8 +114,61 @@ def paragraphs(t: TokenTiming) -> list[str]:
     return out
 
 
-def itl_section(t: TokenTiming) -> Section:
-    """The ITL and TPOT distributions, and ITL by conversation length when measured."""
+PAUSES_SHOWN = 10
+"""The longest pauses listed in the report (summary.json lists more)."""
+
+
+def pause_paragraph(p: Pauses) -> str:
+    """The server-wide pauses in one paragraph (none found is said too)."""
+    if not p.pauses:
+        return (
+            f"No server-wide pause: at no moment did every running stream (at least "
+            f"{MIN_STREAMS}) go silent together for over {num(p.threshold_s)} s."
+        )
+    frozen = f"; {pct(p.decode_share)} of the streams' time between first and last chunk"
+    return (
+        f"{describe_pauses(p)}{frozen if p.decode_share is not None else ''}. A silence "
+        "every stream shares is the server stopping, not slow decoding: the causes name "
+        "what is likely."
+    )
+
+
+def pause_tables(p: Pauses) -> list[Table]:
+    """The pauses' figures, and the longest of them in time order."""
+    if not p.pauses:
+        return []
+    streams = [x.streams for x in p.pauses]
+    figures_row = [
+        f"{p.count:,}",
+        num(p.total_s),
+        num(p.longest_s),
+        pct(p.share) if p.share is not None else "-",
+        f"{min(streams)}-{max(streams)}" if min(streams) != max(streams) else str(streams[0]),
+        num(p.threshold_s),
+    ]
+    longest = sorted(
+        sorted(p.pauses, key=lambda x: -x.seconds)[:PAUSES_SHOWN], key=lambda x: x.start
+    )
+    return [
+        Table(
+            "Server-wide pauses",
+            ["pauses", "total s", "longest s", "share of run", "streams frozen", "threshold s"],
+            [figures_row],
+            note=f"Threshold: the longer of 1 s and 10 x ITL p50 ({ms(p.itl_p50_s)} ms).",
+            id="pauses",
+        ),
+        Table(
+            f"The longest pauses (at most {PAUSES_SHOWN})",
+            ["from s", "to s", "seconds", "streams frozen"],
+            [[num(x.start), num(x.end), num(x.seconds), str(x.streams)] for x in longest],
+            id="pauses-longest",
+        ),
+    ]
+
+
+def itl_section(t: TokenTiming, pauses: Pauses | None = None) -> Section:
+    """The ITL and TPOT distributions, ITL by conversation length when measured, and the
+    server-wide pauses (every running stream silent together) beside them."""
     columns = ["figure", "mean ± sd ms", "p50", "p90", "p95", "p99", "max", "n"]
     rows: list[list[str]] = []
     if t.available:
@@ -136,7 +194,11 @@ def itl_section(t: TokenTiming) -> Section:
                 id="itl-by-length",
             )
         )
-    return Section("itl", "Inter-token latency", paragraphs(t), tables)
+    paras = paragraphs(t)
+    if pauses is not None and pauses.available:
+        paras.append(pause_paragraph(pauses))
+        tables += pause_tables(pauses)
+    return Section("itl", "Inter-token latency", paras, tables)
 
 
 def per_user_table(t: TokenTiming) -> Table | None:

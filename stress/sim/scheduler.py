@@ -94,6 +94,7 @@ class Engine:
         self._wall0 = time.perf_counter()
         self._cursor = 0.0
         self._epoch = 0
+        self._pause_s = 0.0  # a server-wide pause asked for, taken before the next step
         self.lag_s = 0.0  # how far (wall) the loop fell behind at worst
         self.last_batch_hit_rate = 0.0  # SGLang's per-batch gauge
 
@@ -125,6 +126,14 @@ class Engine:
         self.waiting.clear()
         self.pool.reset()
         self.stats = EngineStats()
+
+    def pause(self, seconds: float) -> None:
+        """A server-wide pause (the ``pause`` fault): the engine takes no step for
+        ``seconds`` simulated seconds from now, so every running stream goes silent at
+        once and waiting requests wait (llama.cpp's host-RAM prompt cache copying a slot's
+        prompt at a slot start does this)."""
+        self._pause_s += seconds
+        self._wake.set()
 
     # --- requests ----------------------------------------------------------------------
     def submit(
@@ -339,6 +348,9 @@ class Engine:
                 await self._wake.wait()
                 self._cursor = max(self._cursor, self.sim_now())  # idle time passed
             now = self.sim_now()
+            if self._pause_s:
+                self._cursor = max(self._cursor, now) + self._pause_s
+                self._pause_s = 0.0
             if self._cursor < now - scale * 0.25:
                 # Idle, or more than a quarter of a wall second behind: resync the clock.
                 self.lag_s = max(self.lag_s, (now - self._cursor) / scale) if self.running else 0

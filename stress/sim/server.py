@@ -289,6 +289,9 @@ class RunningSim:
                 body=b"<html><body><h1>502 Bad Gateway</h1></body></html>",
                 content_type="text/html",
             )
+        if kind == "pause":
+            self.engine.pause(fault.duration_s)  # then this request is served as usual
+            return None
         if kind == "hang":
             await asyncio.sleep(self._wall(fault.duration_s) if fault.duration_s else _NEVER)
             _reset_transport(request)

@@ -273,6 +273,7 @@ SIM_FAULTS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "huge_chunk": ({"size_bytes": 262_144}, {"outcome": "ok"}),
     "wrong_content_type": ({}, {"error_class": "protocol", "http_status": 200}),
     "hang": ({"duration_s": 0.0}, {"error_class": "first_token_timeout"}),
+    "pause": ({"duration_s": 0.5}, {"outcome": "ok", "error_class": None}),
 }
 """Every kind but ``restart`` (its own test: the downtime takes an unknown number of
 requests), in one schedule."""
