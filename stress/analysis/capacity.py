@@ -38,11 +38,14 @@ from stress.analysis.causes import Cause, conv_len, name_causes, working_set
 from stress.analysis.figures import Record
 from stress.analysis.judge import SloCheck, slo_checks
 from stress.analysis.rundata import RunData, end_time
+from stress.analysis.server_kind import SlotLayout, server_kind, shared_pool_tokens, slot_layout
 from stress.analysis.stats import percentile_interval
 from stress.core.fmt import num, tokens
 from stress.core.limits import MIN_SAMPLES
 
 BucketStatus = Literal["MET", "MISSED", "NOT ENOUGH DATA", "NO SLO"]
+LoadKind = Literal["users", "sessions", "replay"]
+"""Closed-loop users, open-loop sessions arriving at a rate, or a trace's requests."""
 RETENTION_FLOOR = 0.9
 """Below this share of reusable tokens kept, the cache no longer holds the users' turns."""
 POOL_SHARES = (0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0)
@@ -147,9 +150,15 @@ def make_bucket(label: str, lo: float, hi: float, recs: list[Record], limits: Li
         hi=hi,
         n=len(gen),
         ttft_p95=p95,
-        ttft_ci=percentile_interval(ttft, 95) if enough else None,
+        ttft_ci=percentile_interval(ttft, 95, clusters=figures.generated_users(gen, "ttft_s"))
+        if enough
+        else None,
         decode_p50=p50,
-        decode_ci=percentile_interval(dec, 50) if enough else None,
+        decode_ci=percentile_interval(
+            dec, 50, clusters=figures.generated_users(gen, "decode_tok_s")
+        )
+        if enough
+        else None,
         goodput=sum(limits.good(r) for r in recs) / len(recs) if recs and limits.any else None,
         cached_share=sum(float(r["cached_tokens"]) for r in known) / prompt if prompt else None,
         status=status,
@@ -338,6 +347,7 @@ class CapacityAnswer:
     retention_fell_at: float | None
     peak_working_set: float
     pool_tokens: float | None
+    """The shared KV pool (vLLM, SGLang); None on llama.cpp, whose slots are not one."""
     users_fit_pool: float | None
     """Users whose conversations (at this run's peak per-user size) the pool holds."""
     goodput: float | None
@@ -350,12 +360,22 @@ class CapacityAnswer:
     """Per axis ("users", "concurrency", "length"): "up to ~6" style phrase."""
     open_loop: bool = False
     """Sessions arrived at a rate (``arrivals:``): ``users`` is the most at once."""
+    load: LoadKind = "users"
+    """What ``users`` counts: users, sessions at once, or (a replay) requests in flight."""
+    slots: SlotLayout | None = None
+    """llama.cpp's slots, each its own context: the capacity in place of a pool."""
+    server_kind: str | None = None
+    """The server's dialect (``server_kind.server_kind``); None: unknown."""
+    replay: dict[str, float] = field(default_factory=dict)
+    """A replay's ``requests``, ``span_s`` (first to last send) and ``req_s``."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "sentence": self.sentence,
             "users": self.users,
             "open_loop": self.open_loop,
+            "load": self.load,
+            "replay": self.replay or None,
             "max_conversation_tokens": self.max_conversation_tokens,
             "slo": [c.as_dict() for c in self.slo],
             "within": self.within,
@@ -377,6 +397,8 @@ class CapacityAnswer:
             "peak_working_set_tokens": self.peak_working_set,
             "kv_pool_tokens": self.pool_tokens,
             "users_fit_pool": self.users_fit_pool,
+            "slots": self.slots.count if self.slots else None,
+            "slot_context_tokens": self.slots.context_tokens if self.slots else None,
             "goodput": self.goodput,
             "goodput_by_user": {str(k): v for k, v in sorted(self.goodput_by_user.items())},
             "causes": [
@@ -393,8 +415,9 @@ class CapacityAnswer:
 
 
 def pool_tokens(run: RunData) -> float | None:
-    """The KV pool as ``figures.kv_pool_tokens`` finds it (llama.cpp: the probe's)."""
-    return figures.kv_pool_tokens(run.server, run.collector("server"), run.manifest.probe)
+    """The shared KV pool as ``figures.kv_pool_tokens`` finds it; None on llama.cpp, whose
+    slots are separate contexts (``server_kind.shared_pool_tokens``)."""
+    return shared_pool_tokens(run)
 
 
 def _within_phrase(
@@ -411,22 +434,39 @@ def _within_phrase(
     return "", "not enough data"
 
 
+def load_kind(run: RunData) -> LoadKind:
+    """What the run's load was: a trace replayed, open-loop sessions, or closed-loop users."""
+    if run.scenario.get("replay"):
+        return "replay"
+    return "sessions" if run.scenario.get("arrivals") else "users"
+
+
+def replay_load(main: list[Record]) -> dict[str, float]:
+    """A replay's requests, the span from the first send to the last (the run's clock:
+    simulated seconds in a time-scaled simulator run) and the requests per second."""
+    sends = sorted(float(r.get("t_sched") or r.get("t_start") or 0.0) for r in main)
+    span = sends[-1] - sends[0] if len(sends) > 1 else 0.0
+    rate = (len(sends) - 1) / span if span > 0 else 0.0
+    return {"requests": float(len(sends)), "span_s": span, "req_s": rate}
+
+
 def capacity_answer(run: RunData, checks: list[SloCheck] | None = None) -> CapacityAnswer:
     """The capacity answer of one run (``checks``: the verdict's SLO checks, when the
-    caller has them already)."""
+    caller has them already). A replay's requests are single turns of a trace whose
+    prefixes it shares: none is a conversation's cold first turn, so all are bucketed."""
     limits = Limits.of(run)
     main = figures.main_requests(run.requests)
-    first = [r for r in main if is_first_turn(r)]
-    follow = [r for r in main if not is_first_turn(r)]
-    load = open_load(run) if run.scenario.get("arrivals") else None
+    kind = load_kind(run)
+    first = [r for r in main if is_first_turn(r)] if kind != "replay" else []
+    follow = [r for r in main if not is_first_turn(r)] if kind != "replay" else main
+    load = open_load(run) if kind == "sessions" else None
     users = load.max_active if load is not None else run.peak_users
+    if kind == "replay":
+        users = int(in_flight_at_start(main).max()) if main else 0
     top = max((conv_len(r) for r in main), default=0.0)
     pool = pool_tokens(run)
     retention, fell, peak = retention_buckets(run, pool)
     per_user_peak = _per_user_peak(run.requests)
-    by_user: dict[int, list[Record]] = {}
-    for r in main:
-        by_user.setdefault(int(r.get("user") or 0), []).append(r)
     answer = CapacityAnswer(
         users=users,
         max_conversation_tokens=top,
@@ -441,15 +481,27 @@ def capacity_answer(run: RunData, checks: list[SloCheck] | None = None) -> Capac
         pool_tokens=pool,
         users_fit_pool=pool / per_user_peak if pool and per_user_peak else None,
         goodput=sum(limits.good(r) for r in main) / len(main) if main and limits.any else None,
-        goodput_by_user={u: sum(limits.good(r) for r in g) / len(g) for u, g in by_user.items()}
-        if limits.any
-        else {},
+        goodput_by_user=_goodput_by_user(main, limits),
         causes=name_causes(run),
         open_loop=load is not None,
+        load=kind,
+        slots=slot_layout(run),
+        server_kind=server_kind(run),
+        replay=replay_load(main) if kind == "replay" else {},
     )
     answer.figures_text = figures_text(main)
     answer.sentence = _sentence(answer)
     return answer
+
+
+def _goodput_by_user(main: list[Record], limits: Limits) -> dict[int, float]:
+    """Each user's share of turns within the SLO's limits; empty without limits."""
+    if not limits.any:
+        return {}
+    by_user: dict[int, list[Record]] = {}
+    for r in main:
+        by_user.setdefault(int(r.get("user") or 0), []).append(r)
+    return {u: sum(limits.good(r) for r in g) / len(g) for u, g in by_user.items()}
 
 
 def figures_text(main: list[Record]) -> str:
@@ -462,7 +514,8 @@ def figures_text(main: list[Record]) -> str:
         values = figures.generated_values(main, key)
         if not values:
             continue
-        ci = percentile_interval(values, q) if len(values) >= MIN_SAMPLES else None
+        users = figures.generated_users(main, key)
+        ci = percentile_interval(values, q, clusters=users) if len(values) >= MIN_SAMPLES else None
         text = f"{label} {num(figures.percentile(values, q))} {unit}"
         parts.append(text + (f" [{num(ci[0])}-{num(ci[1])}]" if ci else f" (n = {len(values)})"))
     return ", ".join(parts) or "no request generated text"
@@ -478,7 +531,16 @@ def _per_user_peak(records: Sequence[Record]) -> float:
     return float(np.mean(list(peaks.values()))) if peaks else 0.0
 
 
-def _sentence(a: CapacityAnswer) -> str:
+def _head(a: CapacityAnswer) -> str:
+    """What ran: users, sessions arriving, or a trace's requests, and how long they got."""
+    if a.load == "replay":  # single requests at the trace's times: a rate, not users
+        n, rate = int(a.replay.get("requests", 0)), a.replay.get("req_s", 0.0)
+        head = f"replay of {n:,} trace request{'' if n == 1 else 's'}"
+        head += f" at {num(rate)} requests/s" if rate else ""
+        head += f", up to {a.users:,} in flight at once"
+        if a.max_conversation_tokens:
+            head += f", prompts up to {tokens(a.max_conversation_tokens)} tokens"
+        return head
     if a.open_loop:  # sessions come and go: how many ran at once is the load
         head = f"open-loop arrivals, up to {a.users:,} session{'' if a.users == 1 else 's'} at once"
     elif a.by_users:
@@ -487,6 +549,11 @@ def _sentence(a: CapacityAnswer) -> str:
         head = f"{a.users:,} user{'' if a.users == 1 else 's'}"
     if a.max_conversation_tokens:
         head += f", conversations up to {tokens(a.max_conversation_tokens)} tokens"
+    return head
+
+
+def _sentence(a: CapacityAnswer) -> str:
+    head = _head(a)
     if a.slo:
         figs = "; ".join(c.text() for c in a.slo)
     else:

@@ -93,6 +93,7 @@ class Engine:
         trace: list[TraceRequest] | None = None,
         shard: tuple[int, int] = (0, 1),
         limits: bool = True,
+        time_scale: float = 1.0,
     ) -> None:
         setup = LoadSetup(
             scenario,
@@ -110,6 +111,7 @@ class Engine:
             trace=trace,
             shard=shard,
             limits=limits,
+            time_scale=time_scale,
         )
         self.load: LoadModel = load_model(scenario)(setup)
 

@@ -24,6 +24,7 @@ class Replay(LoadModel):
     def __init__(self, setup: LoadSetup) -> None:
         super().__init__(setup)
         self.trace = setup.trace or []
+        self.time_scale = setup.time_scale
 
     def _begin(self, loop: asyncio.AbstractEventLoop) -> asyncio.TimerHandle | None:
         self._show("running")
@@ -70,18 +71,22 @@ class Replay(LoadModel):
         self._replay_ended(sent, late_max)
 
     def _replay_ended(self, sent: int, late_max: float) -> None:
-        """The ``replay_ended`` event: how much of the trace went out, how late at worst."""
+        """The ``replay_ended`` event: how much of the trace went out, how late at worst.
+        The speed is the scenario's ``replay.speed``; a time-scaled simulator run's scale
+        (which the engine's copy of the speed also carries) is said apart."""
         spec = self.sc.replay
         assert spec is not None
-        trace = self.trace
+        trace, scale = self.trace, self.time_scale
         window = time.perf_counter() - self._t_phase
         span = (trace[-1].t_s - trace[0].t_s) / spec.speed if trace else 0.0
+        speed = spec.speed / scale
+        wall, scaled = (" of wall time", f", simulated time x{scale:g}") if scale != 1 else ("", "")
         self.recorder.event(
             RunEvent(
                 self.now(),
                 "replay_ended",
-                f"replayed {sent}/{len(trace)} requests of the trace in {window:.1f}s "
-                f"(trace span {span:.1f}s at speed {spec.speed:g}; latest send "
+                f"replayed {sent}/{len(trace)} requests of the trace in {window:.1f}s{wall} "
+                f"(trace span {span * scale:.1f}s at speed {speed:g}{scaled}; latest send "
                 f"{late_max:.3f}s after its time)",
                 "info",
                 data={
@@ -90,7 +95,8 @@ class Replay(LoadModel):
                     "sent": sent,
                     "window_s": round(window, 6),
                     "span_s": round(span, 6),
-                    "speed": spec.speed,
+                    "speed": speed,
+                    "time_scale": scale,
                     "late_max_s": round(late_max, 6),
                     "started": round(self._t_phase - self.t0, 6),
                 },

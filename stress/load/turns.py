@@ -120,6 +120,10 @@ class LoadSetup:
     limits: bool = True
     """Apply ``scenario.limits`` here (False: the parent process applies them to the
     whole run's records, ``stress.runtime.pool``)."""
+    time_scale: float = 1.0
+    """The simulator's simulated seconds per wall second: ``scenario`` is already
+    ``time_scaled`` by it (a replay's speed multiplied), so the events can say the
+    scenario's own figures."""
 
 
 def count_request(c: RunCounters, rec: RequestRecord, lim: Limits) -> str | None:

@@ -83,55 +83,101 @@ def retention_table(a: CapacityAnswer) -> Table:
     )
 
 
+_WHO = {"users": "users", "sessions": "sessions", "replay": "requests"}
+"""What one conversation belongs to, by the run's load (``CapacityAnswer.load``)."""
+
+
+def slot_levers(a: CapacityAnswer) -> list[str]:
+    """llama.cpp: the slots, each its own context, never summed into one pool."""
+    slots = a.slots
+    assert slots is not None
+    out = [slots.sentence() + "; a conversation lives in one slot and cannot use another's room."]
+    ctx, longest = slots.context_tokens, a.max_conversation_tokens
+    if ctx and longest > ctx:
+        out.append(
+            f"The longest conversation ({tokens(longest)} tokens) is past a slot's "
+            f"{tokens(ctx)}: raise -c (the context is split evenly over --parallel slots)."
+        )
+    who = _WHO[a.load]
+    if a.load != "replay" and a.users > slots.count:
+        out.append(
+            f"{a.users:,} {who} on {slots.count:,} slots: the others wait for a free slot, "
+            "and a slot's cached prompt is replaced by the next conversation's."
+        )
+    return out
+
+
+def _pool_levers(a: CapacityAnswer, pool: float) -> list[str]:
+    """vLLM, SGLang: the working set against the one shared pool."""
+    peak, who = a.peak_working_set, _WHO[a.load]
+    needed = peak * 1.1
+    held = (
+        f"; the pool holds about {a.users_fit_pool:.1f} {who}' conversations at this run's size."
+        if a.users_fit_pool is not None and a.load != "replay"
+        else "."
+    )
+    out = [
+        f"Peak working set {tokens(peak)} tokens against a KV pool of {tokens(pool)} "
+        f"({pct(peak / pool)} of the pool){held}"
+    ]
+    if needed > pool:
+        fit = int(a.users_fit_pool or 0)
+        levers = "an fp8 KV cache (about twice the tokens in the same memory), more or larger GPUs"
+        if a.load != "replay":
+            ceiling = tokens(pool / max(a.users, 1) / 1.1)
+            levers += (
+                f", at most {fit} {who[:-1] if fit == 1 else who} at this conversation size, "
+                f"or a conversation ceiling near {ceiling} tokens each for {a.users} {who}"
+            )
+        out.append(
+            f"To hold all live conversations the pool needs at least {tokens(needed)} "
+            f"tokens (peak + 10% for replies and block rounding), {needed / pool:.1f}x "
+            f"today's. Levers: {levers}."
+        )
+    elif peak > 0.8 * pool:
+        out.append(
+            f"The pool just holds every live conversation, with little headroom: as "
+            f"conversations grow past this run's size, {who} will evict each other's "
+            "blocks (the field notes' 40% hit rate at 8 x 50k tokens in a 431k pool)."
+        )
+    else:
+        out.append(
+            "The pool holds every live conversation with room to spare: cache misses "
+            "here are not pool pressure (check prefix caching and the cache mode)."
+        )
+    return out
+
+
 def levers(a: CapacityAnswer) -> list[str]:
-    """The working set against the pool, and what would change the answer."""
+    """The working set against the pool (llama.cpp: the slots), and what would change
+    the answer."""
     out: list[str] = []
     pool, peak, fell = a.pool_tokens, a.peak_working_set, a.retention_fell_at
-    needed = peak * 1.1
-    if pool:
+    if a.slots is not None:
+        out += slot_levers(a)
+    elif pool:
+        out += _pool_levers(a, pool)
+    elif a.server_kind == "llamacpp" and peak:
         out.append(
-            f"Peak working set {tokens(peak)} tokens against a KV pool of {tokens(pool)} "
-            f"({pct(peak / pool)} of the pool)"
-            + (
-                f"; the pool holds about {a.users_fit_pool:.1f} users' conversations at "
-                "this run's size."
-                if a.users_fit_pool is not None
-                else "."
-            )
+            f"Peak working set {tokens(peak)} tokens; llama.cpp's slots are separate "
+            "contexts, not one pool, and the server did not say how many it has "
+            "(/props total_slots, /slots)."
         )
-        if needed > pool:
-            fit = int(a.users_fit_pool or 0)
-            ceiling = tokens(pool / max(a.users, 1) / 1.1)
-            out.append(
-                f"To hold all live conversations the pool needs at least {tokens(needed)} "
-                f"tokens (peak + 10% for replies and block rounding), {needed / pool:.1f}x "
-                f"today's. Levers: an fp8 KV cache (about twice the tokens in the same "
-                f"memory), more or larger GPUs, at most {fit} user{'' if fit == 1 else 's'} "
-                f"at this conversation size, or a conversation ceiling near {ceiling} "
-                f"tokens per user for {a.users} users."
-            )
-        elif peak > 0.8 * pool:
-            out.append(
-                "The pool just holds every live conversation, with little headroom: as "
-                "conversations grow past this run's size, users will evict each other's "
-                "blocks (the field notes' 40% hit rate at 8 x 50k tokens in a 431k pool)."
-            )
-        else:
-            out.append(
-                "The pool holds every live conversation with room to spare: cache misses "
-                "here are not pool pressure (check prefix caching and the cache mode)."
-            )
     elif peak:
         out.append(
             f"Peak working set {tokens(peak)} tokens; the server did not report its KV pool "
-            f"size, so compare it with the pool by hand (a pool of at least {tokens(needed)} "
-            "tokens holds every live conversation)."
+            f"size, so compare it with the pool by hand (a pool of at least "
+            f"{tokens(peak * 1.1)} tokens holds every live conversation)."
         )
+    why = (
+        "more conversations than slots, the prompt cache, or the cache mode"
+        if a.slots is not None
+        else "prefix caching off, cache mode, or a pool far too small"
+    )
     if fell == 0.0:
         out.append(
             f"Cache retention was below {pct(RETENTION_FLOOR)} at every working set seen: "
-            "users' earlier turns were not found in the cache even with a small working set "
-            "(prefix caching off, cache mode, or a pool far too small)."
+            f"earlier turns were not found in the cache even with a small working set ({why})."
         )
     elif fell is not None:
         out.append(
@@ -175,7 +221,8 @@ def capacity_section(analysis: Analysis, seconds: str = "s", charts: bool = True
     if a.by_concurrency:
         tables.append(
             bucket_table(
-                "By requests in flight (follow-up turns)",
+                "By requests in flight ("
+                + ("the trace's requests)" if a.load == "replay" else "follow-up turns)"),
                 "in flight at start",
                 a.by_concurrency,
                 "by-concurrency",
@@ -185,8 +232,10 @@ def capacity_section(analysis: Analysis, seconds: str = "s", charts: bool = True
     if length:
         tables.append(
             bucket_table(
-                "By conversation length (cold first turns apart)",
-                "conversation tokens",
+                "By prompt length (the trace's requests)"
+                if a.load == "replay"
+                else "By conversation length (cold first turns apart)",
+                "prompt tokens" if a.load == "replay" else "conversation tokens",
                 length,
                 "by-length",
             )

@@ -104,8 +104,13 @@ def capacity_chart(a: CapacityAnswer, limits: Limits, seconds: str = "s") -> Cha
         "capacity",
         "Capacity: TTFT p95 and decode p50 against load and conversation length",
         to_svg(fig, "capacity"),
-        "Follow-up turns (cold first turns apart); bands are bootstrap 95% intervals; hollow "
-        "points have fewer than 20 requests and are not judged; red lines are the SLO.",
+        (
+            "The trace's requests"
+            if a.load == "replay"
+            else "Follow-up turns (cold first turns apart)"
+        )
+        + "; bands are bootstrap 95% intervals; hollow points have fewer than 20 requests "
+        "and are not judged; red lines are the SLO.",
     )
 
 

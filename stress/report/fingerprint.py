@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stress.analysis.rundata import RunData
+from stress.analysis.server_kind import server_kind
 from stress.collectors.gpu.model import card_label
 
 #: What the pre-flight probe learnt from the server itself (never its URL or port).
@@ -71,7 +72,11 @@ def fingerprint(run: RunData) -> dict[str, str]:
     if m.server_kind:
         out["server.kind"] = m.server_kind
     probe = m.probe
-    for key in PROBE_KEYS:
+    # llama.cpp's kv_pool_tokens is its slots' n_ctx summed, no pool: slot_n_ctx says it
+    pooled = server_kind(run) != "llamacpp"
+    if not pooled:
+        out.pop("server.kv_pool_tokens", None)
+    for key in PROBE_KEYS if pooled else tuple(k for k in PROBE_KEYS if k != "kv_pool_tokens"):
         if probe.get(key) not in (None, "", []):
             out[f"server.{key}"] = str(probe[key])
     _flatten("server.config", probe.get("effective_config") or {}, out)

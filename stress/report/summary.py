@@ -17,10 +17,14 @@ from typing import Any
 from stress.analysis import figures
 from stress.analysis.analyze import Analysis, analyze
 from stress.analysis.checks import accounting_text, health_warnings, warnings_for
+from stress.analysis.hangs import hang_count, hangs_from_events
 from stress.analysis.rows import RequestRow
+from stress.analysis.rundata import RunData
 from stress.analysis.runfiles import RunFiles
+from stress.analysis.server_kind import shared_pool_tokens, slot_layout
 from stress.core.errors import RunDirError
 from stress.core.record import OUTCOMES
+from stress.report.itl import ONE_READ_NOTE
 from stress.store.recorder import write_json
 
 __all__ = ["build_summary", "render_summary", "stats"]
@@ -141,14 +145,29 @@ def _mean_sd(values: list[float]) -> dict[str, Any]:
     return {"mean": d["mean"], "sd": d["sd"], "n": d["n"]}
 
 
-def _server_section(files: RunFiles, records: list[RequestRow]) -> dict[str, Any]:
+def _hangs_section(files: RunFiles) -> dict[str, Any]:
+    """The run's hangs, one per freeze whichever detectors saw it (``stress.analysis.hangs``):
+    the count the verdict gives, and each hang's first detection, silence and clear."""
+    server = files.collectors.get("server") or {}
+    return {
+        "count": hang_count(files.events, server),
+        "hangs": [h.as_dict() for h in hangs_from_events(files.events)],
+    }
+
+
+def _server_section(run: RunData, records: list[RequestRow]) -> dict[str, Any]:
     """The server's own figures (from the metrics collector) plus the hit rate by round
-    from the per-request cached tokens, and the KV pool as the report reads it."""
-    collected = files.collectors.get("server")
-    out: dict[str, Any] = dict(collected or {})
-    probe = files.manifest.probe
-    out["kv_pool_tokens"] = figures.kv_pool_tokens(files.server, collected, probe)
-    for key in ("kind", "version", "context_length", "kv_pool_tokens", "slots"):
+    from the per-request cached tokens, and the KV pool as the report reads it (None on
+    llama.cpp, whose slots are separate contexts: ``slots`` and ``slot_context_tokens``)."""
+    out: dict[str, Any] = dict(run.files.collectors.get("server") or {})
+    probe = run.files.manifest.probe
+    out["kv_pool_tokens"] = shared_pool_tokens(run)
+    layout = slot_layout(run)
+    keys = ["kind", "version", "context_length", "kv_pool_tokens", "slots"]
+    if layout is not None:
+        out["slots"], out["slot_context_tokens"] = layout.count, layout.context_tokens
+        keys.remove("kv_pool_tokens")  # the probe's sum of the slots' n_ctx
+    for key in keys:
         if probe.get(key) is not None:
             out.setdefault(f"probe_{key}", probe[key])
     by_round: dict[int, list[RequestRow]] = {}
@@ -196,7 +215,8 @@ def build_summary(run_dir: Path, analysis: Analysis | None = None) -> dict[str, 
         "phases": _phases(records),
         "phase_steps": _steps(records),
         "events": dict(Counter(e["kind"] for e in files.events)),
-        "server": _server_section(files, main),
+        "hangs": _hangs_section(files),
+        "server": _server_section(analysis.run, main),
         "gpu": _gpu_section(files),
         "client": collectors.get("client"),
         "warnings": health_warnings(files) + warnings_for(records, manifest, files.collectors),
@@ -204,6 +224,8 @@ def build_summary(run_dir: Path, analysis: Analysis | None = None) -> dict[str, 
     summary["verdict"] = analysis.verdict.as_dict()
     summary["capacity"] = analysis.capacity.as_dict()
     summary["token_timing"] = analysis.tokens.as_dict()
+    if analysis.pauses is not None:
+        summary["server_pauses"] = analysis.pauses.as_dict()
     if analysis.load is not None:
         summary["arrivals"] = analysis.load.as_dict() | {"sentence": analysis.load.sentence}
     try:
@@ -341,12 +363,27 @@ def _metric_lines(summary: dict[str, Any]) -> list[str]:
         s = tt.get(key) or {}
         if s.get("n"):  # ITL: n counts gaps, not requests
             lines.append(_stat_line(label, s))
+    lines += _itl_note(summary)
     if tt.get("goodput_ttft_itl") is not None:
         lines.append(
             f"goodput (TTFT + ITL p95 <= {_fmt(tt.get('slo_itl_p95_s'), 's')}): "
             f"{100 * tt['goodput_ttft_itl']:.0f}% of turns"
         )
     return lines
+
+
+def _itl_note(summary: dict[str, Any]) -> list[str]:
+    """Under a time-scaled run's table, the report's ITL footnote: the simulator sends a
+    reply's chunks ``time_scale`` times faster, so more of them share one read (a gap of 0)
+    and ITL p50 can read 0 s."""
+    scale = summary.get("time_scale") or 1.0
+    if scale == 1.0 or not ((summary.get("token_timing") or {}).get("itl_s") or {}).get("n"):
+        return []
+    return [
+        f"ITL: {ONE_READ_NOTE} This run's simulator ran x{scale:g} (times above are "
+        "simulated seconds): its chunks arrive that much closer together, so many share a "
+        "read and ITL p50 can read 0 s; TPOT and decode tok/s are the per-request figures."
+    ]
 
 
 def _total_lines(summary: dict[str, Any]) -> list[str]:

@@ -398,6 +398,7 @@ class _Run:
                 phase=label,
                 counters=self.counters,
                 trace=self.inputs.trace,
+                time_scale=target.time_scale,
             )
 
         return InProcess(self.plan.steps, make_engine, client)

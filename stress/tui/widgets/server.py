@@ -51,7 +51,10 @@ def server_text(live: Mapping[str, Any] | None, working_set: int, compact: bool 
     t.append(f"hit {f.pct(hit_w)} (window) {f.pct(hit_r)} (run)")
     t.append("\n")
     t.append("working set ")
-    t.append(f"{f.tokens(working_set)}/{f.tokens(pool)}")
+    if live.get("dialect") == "llamacpp":  # slots are separate contexts: no pool to fill
+        t.append(f"{f.tokens(working_set)} tok (per-slot contexts)")
+    else:
+        t.append(f"{f.tokens(working_set)}/{f.tokens(pool)}")
     if ws_ratio is not None:
         t.append(f" ({f.pct(ws_ratio)})", style="red" if ws_ratio >= 0.9 else "")
     t.append("\n" if not compact else " · ")
