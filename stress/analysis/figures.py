@@ -107,6 +107,14 @@ def generated_values(records: Iterable[Record], key: str) -> list[float]:
     ]
 
 
+def generated_users(records: Iterable[Record], key: str) -> list[Any]:
+    """Each ``generated_values`` value's user, in the same order: the clusters of its
+    interval (``stats.percentile_interval``)."""
+    return [
+        r.get("user") for r in records if r.get(key) is not None and r.get("outcome") in GENERATED
+    ]
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (numpy's linear interpolation), None for no values."""
     import numpy as np  # here: the run path (the live view) never needs numpy
@@ -335,16 +343,24 @@ def prompt_tokens(records: Iterable[Record]) -> int:
     return total
 
 
+def _has_cache_pair(r: Record) -> bool:
+    return r.get("cached_tokens") is not None and bool(r.get("prompt_tokens"))
+
+
 def cache_pairs(records: Iterable[Record]) -> tuple[list[float], list[float]]:
     """(cached, prompt) token pairs of requests whose cached and prompt counts are known."""
     cached: list[float] = []
     prompt: list[float] = []
     for r in records:
-        c, p = r.get("cached_tokens"), r.get("prompt_tokens")
-        if c is not None and p:
-            cached.append(float(c))
-            prompt.append(float(p))
+        if _has_cache_pair(r):
+            cached.append(float(r["cached_tokens"]))
+            prompt.append(float(r["prompt_tokens"]))
     return cached, prompt
+
+
+def cache_pair_users(records: Iterable[Record]) -> list[Any]:
+    """Each ``cache_pairs`` pair's user, in the same order (the clusters of its interval)."""
+    return [r.get("user") for r in records if _has_cache_pair(r)]
 
 
 @figure("prefix-cache hit (per request)")
@@ -533,7 +549,8 @@ def kv_pool_tokens(
     Population: the run's telemetry.
 
     Formula: kv_pool_tokens of the last server sample that has it, else the server
-    collector's summary, else the pre-flight probe (llama.cpp: sum of /slots n_ctx)."""
+    collector's summary, else the pre-flight probe (llama.cpp: sum of /slots n_ctx, which
+    no output shows as a pool: its slots are separate contexts, stated as slots x n_ctx)."""
     for rec in reversed(list(server_samples)):
         v = (rec.get("values") or {}).get("kv_pool_tokens")
         if isinstance(v, int | float) and v > 0:
@@ -626,6 +643,16 @@ FIGURES: tuple[FigureDef, ...] = (
         "ITL p95 <= slo.itl_p95 (a reply of one chunk: TTFT alone)",
         "stress.analysis.itl:good_on_ttft_and_itl",
     ),
+    _elsewhere(
+        "server-wide pauses",
+        "every request with a tokens.bin frame (warm-up and failed ones too), each stream "
+        "running from its first to its last text chunk; at least 2 streams running",
+        "intervals between two consecutive text chunks of the whole run longer than "
+        "max(1 s, 10 x ITL p50) across which every running stream was silent: count, total "
+        "s, longest, total / run duration, streams frozen per pause; frozen share = sum of "
+        "pause x streams / sum of the streams' first-to-last-chunk time",
+        "stress.analysis.pauses:server_pauses",
+    ),
     defined(output_tokens),
     defined(output_tok_s),
     _elsewhere(
@@ -667,7 +694,8 @@ FIGURES: tuple[FigureDef, ...] = (
     _elsewhere(
         "users the pool holds",
         "every user",
-        "KV pool / mean over users of each one's largest conversation (prompt + reply)",
+        "KV pool / mean over users of each one's largest conversation (prompt + reply); "
+        "none on llama.cpp (slots are separate contexts) or in a replay",
         "stress.analysis.capacity:capacity_answer",
     ),
     defined(energy_j),

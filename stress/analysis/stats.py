@@ -11,7 +11,7 @@ runs is preferred.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +22,10 @@ FloatArray = npt.NDArray[np.float64]
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261130
 CONFIDENCE = 0.95
+
+MIN_CLUSTERS = 5
+"""Fewest users for a cluster bootstrap: below it, resampling users says nothing about the
+spread, and the interval falls back to resampling requests."""
 
 # Two-sided 95 % critical values of Student's t by degrees of freedom (no scipy needed).
 _T975 = (
@@ -108,21 +112,36 @@ def _resampled_ratios(
     return out
 
 
+Clusters = Sequence[Hashable] | None
+"""Each value's cluster (its run and user), parallel to the values; None: none known."""
+
+
 def bootstrap_mean_diff(
-    a: Sequence[float] | FloatArray, b: Sequence[float] | FloatArray, min_n: int = 5
+    a: Sequence[float] | FloatArray,
+    b: Sequence[float] | FloatArray,
+    min_n: int = 5,
+    clusters_a: Clusters = None,
+    clusters_b: Clusters = None,
 ) -> Difference:
-    """Percentile bootstrap interval of mean(b) - mean(a) over requests."""
-    x = np.asarray(a, dtype=float)
-    y = np.asarray(b, dtype=float)
-    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
-    method = f"bootstrap {int(CONFIDENCE * 100)}% CI of the difference of means, per request"
+    """Percentile bootstrap interval of mean(b) - mean(a): over clusters (users) when both
+    sides have ``MIN_CLUSTERS`` or more, else over requests (``cluster_sums``)."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    ones_a, ones_b = np.ones(x.size), np.ones(y.size)
+    cx, cy = cluster_sums(x, ones_a, clusters_a), cluster_sums(y, ones_b, clusters_b)
+    keep_x, keep_y = np.isfinite(x), np.isfinite(y)
+    x, y = x[keep_x], y[keep_y]
+    unit = "user" if cx is not None and cy is not None else "request"
+    method = f"bootstrap {int(CONFIDENCE * 100)}% CI of the difference of means, per {unit}"
     if x.size < min_n or y.size < min_n:
         diff = float(y.mean() - x.mean()) if x.size and y.size else None
         return Difference(diff, None, None, None, method)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    d = _resampled_means(y, rng, BOOTSTRAP_RESAMPLES) - _resampled_means(
-        x, rng, BOOTSTRAP_RESAMPLES
-    )
+    if cx is not None and cy is not None:
+        d = _resampled_cluster_ratios(*cy, rng) - _resampled_cluster_ratios(*cx, rng)
+    else:
+        d = _resampled_means(y, rng, BOOTSTRAP_RESAMPLES) - _resampled_means(
+            x, rng, BOOTSTRAP_RESAMPLES
+        )
     return _interval(float(y.mean() - x.mean()), d, method)
 
 
@@ -132,21 +151,60 @@ def bootstrap_ratio_diff(
     num_b: Sequence[float] | FloatArray,
     den_b: Sequence[float] | FloatArray,
     min_n: int = 5,
+    clusters_a: Clusters = None,
+    clusters_b: Clusters = None,
 ) -> Difference:
-    """Bootstrap interval of the difference of two ratios of sums (e.g. cached / prompt)."""
+    """Bootstrap interval of the difference of two ratios of sums (e.g. cached / prompt),
+    over clusters when both sides have ``MIN_CLUSTERS`` or more, else over requests."""
     na, da = np.asarray(num_a, dtype=float), np.asarray(den_a, dtype=float)
     nb, db = np.asarray(num_b, dtype=float), np.asarray(den_b, dtype=float)
-    method = f"bootstrap {int(CONFIDENCE * 100)}% CI of the difference, per request"
+    ca, cb = cluster_sums(na, da, clusters_a), cluster_sums(nb, db, clusters_b)
+    unit = "user" if ca is not None and cb is not None else "request"
+    method = f"bootstrap {int(CONFIDENCE * 100)}% CI of the difference, per {unit}"
     if na.size < min_n or nb.size < min_n or da.sum() <= 0 or db.sum() <= 0:
         diff = None
         if da.sum() > 0 and db.sum() > 0:
             diff = float(nb.sum() / db.sum() - na.sum() / da.sum())
         return Difference(diff, None, None, None, method)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    d = _resampled_ratios(nb, db, rng, BOOTSTRAP_RESAMPLES) - _resampled_ratios(
-        na, da, rng, BOOTSTRAP_RESAMPLES
-    )
+    if ca is not None and cb is not None:
+        d = _resampled_cluster_ratios(*cb, rng) - _resampled_cluster_ratios(*ca, rng)
+    else:
+        d = _resampled_ratios(nb, db, rng, BOOTSTRAP_RESAMPLES) - _resampled_ratios(
+            na, da, rng, BOOTSTRAP_RESAMPLES
+        )
     return _interval(float(nb.sum() / db.sum() - na.sum() / da.sum()), d, method)
+
+
+def cluster_sums(
+    num: FloatArray, den: FloatArray, clusters: Clusters
+) -> tuple[FloatArray, FloatArray] | None:
+    """Per cluster, the sums of ``num`` and ``den`` over its finite values; None without
+    clusters, or with fewer than ``MIN_CLUSTERS`` (too few to resample: requests then)."""
+    if clusters is None or len(clusters) != num.size:
+        return None
+    index: dict[Hashable, int] = {}
+    keys = np.fromiter(
+        (index.setdefault(c, len(index)) for c in clusters), dtype=np.int64, count=num.size
+    )
+    keep = np.isfinite(num) & np.isfinite(den)
+    k = keys[keep]
+    if len(set(k.tolist())) < MIN_CLUSTERS:
+        return None
+    n_clusters = len(index)
+    nums = np.bincount(k, weights=num[keep], minlength=n_clusters)
+    dens = np.bincount(k, weights=den[keep], minlength=n_clusters)
+    present = np.bincount(k, minlength=n_clusters) > 0
+    return np.asarray(nums[present], dtype=np.float64), np.asarray(dens[present], dtype=np.float64)
+
+
+def _resampled_cluster_ratios(
+    nums: FloatArray, dens: FloatArray, rng: np.random.Generator
+) -> FloatArray:
+    """Bootstrap sum(num) / sum(den) over resampled clusters (a mean when den counts)."""
+    idx = rng.integers(0, nums.size, size=(BOOTSTRAP_RESAMPLES, nums.size))
+    den = dens[idx].sum(axis=1)
+    return np.asarray(nums[idx].sum(axis=1) / np.where(den > 0, den, np.nan))
 
 
 def _interval(diff: float, boots: FloatArray, method: str) -> Difference:
@@ -161,15 +219,29 @@ run gets 1,000 resamples, a 40k one 200), so a report's cost grows with n, not n
 
 
 def percentile_interval(
-    values: Sequence[float] | FloatArray, q: float, min_n: int = 2
+    values: Sequence[float] | FloatArray,
+    q: float,
+    min_n: int = 2,
+    clusters: Sequence[Hashable] | None = None,
 ) -> tuple[float, float] | None:
     """Percentile bootstrap 95 % interval of the q-th percentile of ``values`` (fixed
     seed: every output that shows it shows the same interval). None below ``min_n``.
 
-    Resamples are requests: requests of one run share a server and a conversation, so
-    the interval is optimistic about independence (docs/reports.md)."""
+    ``clusters`` (each value's user, parallel to ``values``): with ``MIN_CLUSTERS`` or more
+    the resamples are users, each drawn with all its requests, since a user's requests are
+    correlated (one conversation, one cache, one slot) and resampling requests treats them
+    as independent, which narrows the interval. Without, resamples are requests, which is
+    optimistic about independence (docs/reports.md)."""
     a = np.asarray(values, dtype=float)
-    a = a[np.isfinite(a)]
+    keep = np.isfinite(a)
+    if clusters is not None and len(clusters) == a.size:
+        groups: dict[Hashable, list[int]] = {}
+        for i, c in enumerate(clusters):
+            if keep[i]:
+                groups.setdefault(c, []).append(i)
+        if len(groups) >= MIN_CLUSTERS and int(keep.sum()) >= min_n:
+            return _cluster_interval([a[g] for g in groups.values()], q)
+    a = a[keep]
     if a.size < min_n:
         return None
     n_boot = int(max(200, min(1000, PERCENTILE_BOOT_ELEMENTS // a.size)))
@@ -180,6 +252,21 @@ def percentile_interval(
         k = min(chunk, n_boot - start)
         idx = rng.integers(0, a.size, size=(k, a.size))
         out[start : start + k] = np.percentile(a[idx], q, axis=1)
+    alpha = (1.0 - CONFIDENCE) / 2.0
+    low, high = np.quantile(out, [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def _cluster_interval(groups: list[FloatArray], q: float) -> tuple[float, float]:
+    """The percentile bootstrap over clusters: each resample draws as many clusters as
+    there are, with replacement, and takes the q-th percentile of all their values."""
+    total = sum(g.size for g in groups)
+    n_boot = int(max(200, min(1000, PERCENTILE_BOOT_ELEMENTS // max(total, 1))))
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    out = np.empty(n_boot)
+    for b in range(n_boot):
+        picked = rng.integers(0, len(groups), size=len(groups))
+        out[b] = np.percentile(np.concatenate([groups[i] for i in picked]), q)
     alpha = (1.0 - CONFIDENCE) / 2.0
     low, high = np.quantile(out, [alpha, 1.0 - alpha])
     return float(low), float(high)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stress.analysis import figures
 from stress.analysis.analyze import Analysis, analyze
@@ -22,6 +23,7 @@ from stress.analysis.loghist import LogHistogram
 from stress.analysis.rundata import RunData
 from stress.analysis.stats import (
     BOOTSTRAP_RESAMPLES,
+    MIN_CLUSTERS,
     Difference,
     bootstrap_mean_diff,
     bootstrap_ratio_diff,
@@ -98,12 +100,15 @@ def _diff_cell(d: Difference, as_pct: bool = False) -> str:
 
 METHOD = (
     f"Per-request figures: percentile bootstrap 95% CI of the difference of means "
-    f"({BOOTSTRAP_RESAMPLES} resamples, fixed seed), requests pooled over a group's runs; "
-    "the hit rate is a ratio of sums, bootstrapped the same way. Requests within a run "
-    "are correlated, so these intervals are optimistic: prefer repeated runs, whose "
-    "run-level figures are judged with Welch's t-test (95%), as is ITL p95 over every "
-    "gap (one figure per run; a group's cell pools its runs' gaps). A difference is "
-    "'significant' when its interval excludes zero."
+    f"({BOOTSTRAP_RESAMPLES} resamples, fixed seed), requests pooled over a group's runs. "
+    "A user's requests are correlated (one conversation, one cache), so the resamples are "
+    f"users, each with all its requests, when both sides have {MIN_CLUSTERS} or more (a "
+    "user of another run is another), else requests. The hit rate is a ratio of sums, "
+    "bootstrapped the same way. Users of one run share the server, so even these "
+    "intervals are optimistic: prefer repeated runs, judged over runs with Welch's t-test "
+    "(95%) first, as are run-level figures and ITL p95 over every gap (one figure per run; "
+    "a group's cell pools its runs' gaps). A difference is 'significant' when its "
+    "interval excludes zero."
 )
 """How the headline table's intervals and judgements are worked out, printed under it."""
 
@@ -151,6 +156,12 @@ def _pooled(g: Group, key: str) -> list[float]:
     return [v for r in g.runs for v in values(r.main, key)]
 
 
+def _pooled_users(g: Group, key: str) -> list[tuple[int, Any]]:
+    """Each ``_pooled`` value's (run, user): the units its interval resamples (one user's
+    requests share a conversation and a cache; a user of another run is another unit)."""
+    return [(i, u) for i, r in enumerate(g.runs) for u in figures.generated_users(r.main, key)]
+
+
 def _per_request_row(groups: list[Group], key: str, label: str, unit: str) -> list[str]:
     """One per-request figure: bootstrap over the pooled requests, and Welch over the
     runs' means when both groups are repeated runs."""
@@ -160,27 +171,36 @@ def _per_request_row(groups: list[Group], key: str, label: str, unit: str) -> li
         d = describe(_pooled(g, key))
         row.append(f"{num(d.mean)} ± {num(d.sd)} (n={d.n})" if d.n else "-")
     for g in groups[1:]:
-        dd = bootstrap_mean_diff(_pooled(base, key), _pooled(g, key))
+        dd = bootstrap_mean_diff(
+            _pooled(base, key),
+            _pooled(g, key),
+            clusters_a=_pooled_users(base, key),
+            clusters_b=_pooled_users(g, key),
+        )
         judge = _judge(dd)
         if len(base.runs) > 1 and len(g.runs) > 1:
+            # repeated runs are the honest units: their judgement leads
             w = welch(
                 [m for r in base.runs if (m := describe(values(r.main, key)).mean) is not None],
                 [m for r in g.runs if (m := describe(values(r.main, key)).mean) is not None],
             )
-            judge += f"; over runs (Welch): {_judge(w)}"
+            judge = f"over runs (Welch): {_judge(w)}; per user: {judge}"
         row += [_diff_cell(dd), judge]
     return row
 
 
-def _cache_pairs(g: Group) -> tuple[list[float], list[float]]:
-    """Every request's (cached, prompt) tokens over a group's runs, as two lists."""
+def _cache_pairs(g: Group) -> tuple[list[float], list[float], list[tuple[int, Any]]]:
+    """Every request's (cached, prompt) tokens over a group's runs, as two lists, and each
+    pair's (run, user)."""
     c: list[float] = []
     p: list[float] = []
-    for r in g.runs:
+    users: list[tuple[int, Any]] = []
+    for i, r in enumerate(g.runs):
         a, b = figures.cache_pairs(r.main)
         c += a
         p += b
-    return c, p
+        users += [(i, u) for u in figures.cache_pair_users(r.main)]
+    return c, p, users
 
 
 def _cache_row(groups: list[Group]) -> list[str]:
@@ -192,8 +212,8 @@ def _cache_row(groups: list[Group]) -> list[str]:
         n = len(figures.cache_pairs(pooled)[1])
         row.append(f"{pct(share)} (n={n})" if share is not None else "-")
     for g in groups[1:]:
-        (ca, pa), (cb, pb) = _cache_pairs(groups[0]), _cache_pairs(g)
-        dd = bootstrap_ratio_diff(ca, pa, cb, pb)
+        (ca, pa, ua), (cb, pb, ub) = _cache_pairs(groups[0]), _cache_pairs(g)
+        dd = bootstrap_ratio_diff(ca, pa, cb, pb, clusters_a=ua, clusters_b=ub)
         row += [_diff_cell(dd, as_pct=True), _judge(dd)]
     return row
 
