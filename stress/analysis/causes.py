@@ -32,7 +32,9 @@ import numpy as np
 import numpy.typing as npt
 
 from stress.analysis import figures
+from stress.analysis.pauses import Pauses, describe_pauses, frozen_in, server_pauses
 from stress.analysis.rundata import Record, RunData, end_time
+from stress.analysis.server_kind import server_kind, shared_pool_tokens
 from stress.core.fmt import num, pct, tokens
 
 FloatArray = npt.NDArray[np.float64]
@@ -42,6 +44,7 @@ CauseCode = Literal[
     "llamacpp_slots",
     "queueing",
     "server_stall",
+    "server_pause",
     "prefill",
     "preemption",
     "prefill_interference",
@@ -128,6 +131,7 @@ def name_causes(run: RunData) -> list[Cause]:
         for c in (
             *_cache_causes(run, miss),
             _ttft_cause(run, miss),
+            server_pause(run, miss),
             preemption(run, miss),
             prefill_interference(run),
             client_overload(run, miss),
@@ -181,19 +185,6 @@ def _probe(run: RunData) -> Mapping[str, Any]:
     return run.manifest.probe
 
 
-def _server_kind(run: RunData) -> str | None:
-    sampled = next((s.get("dialect") for s in run.server if s.get("dialect")), None)
-    for kind in (
-        run.collector("server").get("dialect"),
-        sampled,
-        _probe(run).get("kind"),
-        run.manifest.server_kind,
-    ):
-        if kind in ("vllm", "sglang", "llamacpp"):
-            return str(kind)
-    return None
-
-
 def _cache_causes(run: RunData, miss: Miss | None) -> list[Cause | None]:
     slots = llamacpp_slots(run, miss)
     # On llama.cpp the "pool" is the slots' contexts: with too few slots that is the cause,
@@ -227,7 +218,7 @@ def kv_pool(run: RunData, miss: Miss | None = None) -> Cause | None:
     ``POOL_PRESSURE`` of the pool (a cache can hold while the pool has room and lose
     everything past it). With a TTFT miss, its weight is the share of the requests over
     the limit that were sent at that pressure and prefilled their lost prefix again."""
-    pool = figures.kv_pool_tokens(run.server, run.collector("server"), _probe(run) or None)
+    pool = shared_pool_tokens(run)
     times, sums = working_set(run.requests)
     if not pool or not sums.size or float(sums.max()) < POOL_PRESSURE * pool:
         return None
@@ -304,7 +295,7 @@ def llamacpp_slots(run: RunData, miss: Miss | None = None) -> Cause | None:
     users in the requests; not named when the cache kept what users came back to."""
     probe = _probe(run)
     slots = probe.get("slots")
-    if _server_kind(run) != "llamacpp" or not isinstance(slots, int) or slots <= 0:
+    if server_kind(run) != "llamacpp" or not isinstance(slots, int) or slots <= 0:
         return None
     users = run.peak_users
     retention = figures.cache_retention(run.main)
@@ -350,7 +341,7 @@ def _ttft_cause(run: RunData, miss: Miss | None = None) -> Cause | None:
         and _prompt_s(r) is not None
     ]
     if len(timed) < MIN_REQUESTS:
-        return _histogram_ttft(run)
+        return _histogram_ttft(run) or (_batch_wait(run, miss) if miss is not None else None)
     over = f" over the {num(miss.limit)} s TTFT limit" if miss is not None else ""
     return _llamacpp_ttft(
         run, timed, f"(llama.cpp timings.prompt_ms, {len(timed):,} requests{over})"
@@ -373,6 +364,23 @@ def _slot_shortage(run: RunData) -> bool | None:
     return None
 
 
+def _waits(
+    run: RunData, recs: list[Record], prefill: list[float]
+) -> tuple[list[float], list[float]]:
+    """Each request's wait before prefill (TTFT minus prefill), less the part of its TTFT
+    that fell in a server-wide pause (``stress.analysis.pauses``): that time every stream
+    was held, which no free slot would have saved. Also each request's paused seconds
+    (empty when no pause was found)."""
+    found = server_pauses(run).pauses
+    waits, paused = [], []
+    for r, p in zip(recs, prefill, strict=True):
+        t, start = float(r.get("ttft_s") or 0.0), float(r.get("t_start") or 0.0)
+        held = frozen_in(found, start, start + t) if found else 0.0
+        waits.append(max(0.0, t - p - held))
+        paused.append(held)
+    return waits, (paused if any(paused) else [])
+
+
 def _llamacpp_ttft(run: RunData, recs: list[Record], where: str) -> Cause | None:
     """llama.cpp: each reply's ``timings.prompt_ms`` is its prefill, so TTFT minus it is
     the time before prefill started; medians of each. That wait is a free slot's only when
@@ -382,12 +390,18 @@ def _llamacpp_ttft(run: RunData, recs: list[Record], where: str) -> Cause | None
     prefill = [_prompt_s(r) or 0.0 for r in recs]
     ttft_all = [float(r.get("ttft_s") or 0.0) for r in recs]  # callers keep those with one
     ttft = _median(ttft_all)
-    wait = _median([max(0.0, t - p) for t, p in zip(ttft_all, prefill, strict=True)])
+    waits, paused = _waits(run, recs, prefill)
+    wait = _median(waits)
     pre = _median(prefill)
     if ttft < MIN_TTFT_S:
         return None
     if wait >= DOMINANT * ttft:
         head = f"Median TTFT {num(ttft)} s is {num(wait)} s of waiting before prefill started"
+        if paused:
+            head += (
+                f" (server-wide pauses apart: {num(sum(paused))} s of these requests' TTFT "
+                "fell in them, named as their own cause)"
+            )
         shortage = _slot_shortage(run)
         if shortage is False:
             slots = _probe(run).get("slots")
@@ -454,7 +468,7 @@ def _histogram_ttft(run: RunData) -> Cause | None:
     ttft = sum(ttfts) / len(ttfts)
     if ttft < MIN_TTFT_S:
         return None
-    kind = _server_kind(run) or "server"
+    kind = server_kind(run) or "server"
     parts = [f"{num(queue)} s queued before scheduling"] if queue is not None else []
     parts += [f"{num(prefill)} s of prefill"] if prefill is not None else []
     text = (
@@ -471,6 +485,124 @@ def _histogram_ttft(run: RunData) -> Cause | None:
     if prefill is not None and prefill >= DOMINANT * ttft:
         return Cause("prefill", "prefill (prompt processing)", text + ".", min(1.0, prefill / ttft))
     return None
+
+
+def _waiting_windows(run: RunData) -> tuple[list[tuple[float, float]], float]:
+    """The scrape intervals (previous sample, sample] at whose either end the server
+    reported requests waiting, and the most it reported running at once."""
+    out: list[tuple[float, float]] = []
+    prev: tuple[float, float] | None = None
+    running = 0.0
+    for rec in run.server:
+        t, waiting = rec.get("t"), rec.get("waiting")
+        if not isinstance(t, int | float) or not isinstance(waiting, int | float):
+            continue
+        if isinstance(r := rec.get("running"), int | float):
+            running = max(running, float(r))
+        if prev is not None and (waiting > 0 or prev[1] > 0):
+            out.append((prev[0], float(t)))
+        prev = (float(t), float(waiting))
+    return out, running
+
+
+def _batch_wait(run: RunData, miss: Miss) -> Cause | None:
+    """vLLM / SGLang without queue-time histograms to split a TTFT miss (or a TTFT too
+    short for them): the share of the requests over the limit that waited for their first
+    token while the server's own gauge said requests were waiting for room in the running
+    batch (``num_requests_waiting``, between scrapes). Named when that share is
+    ``DOMINANT``; the fix is the batch's bound (max_num_seqs, max_running_requests) or
+    fewer users."""
+    windows, running = _waiting_windows(run)
+    if not windows:
+        return None
+    union = _Union(windows)
+
+    def waited(r: Record) -> bool:
+        start = float(r.get("t_start") or 0.0)
+        return union.overlap(start, start + float(r.get("ttft_s") or 0.0)) > 0
+
+    share, said = _miss_share(miss, waited, "waited while the server held requests waiting")
+    if share < DOMINANT:
+        return None
+    peak = f" (at most {running:.0f} running at once)" if running else ""
+    kind = _DIALECT_NAMES.get(server_kind(run) or "", "the server")
+    return Cause(
+        "queueing",
+        "waiting for room in the running batch",
+        f"The {kind} server reported requests waiting for a place in its running batch"
+        f"{peak}{said}: they queue behind the running ones; fix: a larger batch bound "
+        "(vLLM --max-num-seqs, SGLang --max-running-requests) if the KV pool has room, or "
+        "fewer users.",
+        share,
+    )
+
+
+# --- server-wide pauses ---------------------------------------------------------------
+
+_PAUSE_LIKELY = {
+    "llamacpp": (
+        "Likely llama.cpp's host-RAM prompt cache: at a slot start the server copies the "
+        "slot's old prompt out (--cache-ram, 8 GiB by default) and every slot waits; try "
+        "--cache-ram 0"
+    ),
+}
+
+
+def _frozen_mid_stream(r: Record, p: Pauses) -> bool:
+    """Whether a pause fell between the request's first token and its end."""
+    ttft = r.get("ttft_s")
+    if ttft is None:
+        return False
+    first = float(r.get("t_start") or 0.0) + float(ttft)
+    return frozen_in(p.pauses, first, end_time(r)) > 0
+
+
+def _pause_ttft(p: Pauses, miss: Miss) -> tuple[float, str]:
+    """With a TTFT miss: the share of the TTFT of the requests over the limit that fell in
+    pauses, and a clause saying how many waited for a first token across one."""
+    held = []
+    for r in miss.requests:
+        start = float(r.get("t_start") or 0.0)
+        held.append(frozen_in(p.pauses, start, start + float(r.get("ttft_s") or 0.0)))
+    total = sum(float(r.get("ttft_s") or 0.0) for r in miss.requests)
+    share = min(1.0, sum(held) / total) if total > 0 else 0.0
+    n = sum(1 for h in held if h > 0)
+    return share, (
+        f"; {n:,} of the {len(miss.requests):,} requests over the {num(miss.limit)} s TTFT "
+        f"limit waited for their first token across a pause ({num(sum(held))} s of their "
+        f"{num(total)} s of TTFT, {pct(share)})"
+    )
+
+
+def server_pause(run: RunData, miss: Miss | None = None) -> Cause | None:
+    """Server-wide pauses (``stress.analysis.pauses``): every running stream silent at
+    once, from ``tokens.bin``. They explain the decode silences (weight: the share of the
+    streams' running time they froze) and, with a TTFT miss, the TTFT of requests that
+    waited for a first token across one (weight: the share of the missing requests' TTFT
+    spent in pauses). The usual cause is named per dialect only where it is known."""
+    p = server_pauses(run)
+    if not p.pauses:
+        return None
+    stuck = sum(1 for r in run.main if _frozen_mid_stream(r, p))
+    text = f"{describe_pauses(p)}; {stuck:,} of {len(run.main):,} requests froze mid-stream"
+    if p.decode_share is not None:
+        text += f", {pct(p.decode_share)} of the streams' time between first and last chunk"
+    weight = p.decode_share or 0.0
+    if miss is not None:
+        weight, said = _pause_ttft(p, miss)
+        text += said
+    first = ", ".join(f"{num(x.start)} s" for x in p.pauses[:3])
+    text += f". First at {first} into the run. "
+    kind = server_kind(run)
+    text += _PAUSE_LIKELY.get(
+        kind or "",
+        "A server-wide pause: stress knows no usual cause for it on "
+        f"{_DIALECT_NAMES.get(kind or '', 'this server')}; its log at those times may say",
+    )
+    return Cause("server_pause", "server-wide pauses", text + ".", weight)
+
+
+_DIALECT_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "llamacpp": "llama.cpp"}
 
 
 # --- preemptions ----------------------------------------------------------------------
@@ -522,7 +654,7 @@ def preemption(run: RunData, miss: Miss | None = None) -> Cause | None:
         count = sum(float((rec.get("deltas") or {}).get("preemptions") or 0) for rec in run.server)
     if count <= 0:
         return None
-    verb = "retracted" if _server_kind(run) == "sglang" else "preempted"
+    verb = "retracted" if server_kind(run) == "sglang" else "preempted"
     rate = summary.get("preemptions_per_min")
     if not isinstance(rate, int | float) and run.duration_s > 0:
         rate = count * 60.0 / run.duration_s

@@ -145,3 +145,32 @@ def test_a_capacity_step_never_takes_a_minor_cause_as_its_limit(tmp_path: Path) 
     summary["capacity"]["causes"][0]["minor"] = False
     judge_step(step, [summary])
     assert step.limit == "a busy client machine"
+
+
+def test_a_full_running_batch_is_named_from_the_servers_waiting_gauge(tmp_path: Path) -> None:
+    """The simulator with 4 sequences (vLLM dialect) at 5 users: one request waits each
+    round, TTFT p95 is over the limit, and no queue-time histogram splits it. Before, every
+    capacity step's "limit / why" was '-'."""
+    reqs = [
+        request(u, rnd, rnd * 10.0 + (0.0 if u < 4 else 0.05), ttft=0.6 if u == 4 else 0.1)
+        for rnd in range(1, 9)
+        for u in range(5)
+    ]
+    server = [
+        {"t": t / 2, "dialect": "vllm", "running": 4.0, "waiting": 1.0 if (t / 2) % 10 < 1 else 0.0}
+        for t in range(0, 200)
+    ]
+    man = manifest(users=5, duration_s=100.0, slo={"ttft_p95": 0.4})
+    run = load_run(write_run(tmp_path, man, reqs, server=server))
+    [cause] = name_causes(run)
+    assert cause.code == "queueing" and cause.title == "waiting for room in the running batch"
+    assert cause.text.startswith(
+        "The vLLM server reported requests waiting for a place in its running batch (at most "
+        "4 running at once); 8 of the 8 requests over the 0.4 s TTFT limit (100.0%) waited"
+    )
+    assert "limited by waiting for room in the running batch" in capacity_answer(run).sentence
+    # the same run with the gauge at 0: nothing to name
+    for s in server:
+        s["waiting"] = 0.0
+    quiet = load_run(write_run(tmp_path / "b", man, reqs, server=server))
+    assert name_causes(quiet) == []
