@@ -116,6 +116,7 @@ def test_a_difference_of_means_resamples_users_when_each_side_has_five() -> None
     assert per_user.high is not None and per_request.high is not None
     assert per_user.high - per_user.low > 3 * (per_request.high - per_request.low)
     assert per_user.diff == per_request.diff
+    assert per_request.significant is True and per_user.significant is False
     four = bootstrap_mean_diff(xa[:120], xb[:120], clusters_a=ua[:120], clusters_b=ub[:120])
     assert four.method.endswith("per request")
     assert four == bootstrap_mean_diff(xa[:120], xb[:120])
