@@ -229,7 +229,8 @@ def answer_line(rows: list[Row], criterion: str, at: str = "") -> str:
 
 
 def row_answer(search: Search, head: str, at: str = "") -> str:
-    line = head + search.answer()
+    # the undecided steps come last: the bracket's conversations and limit belong to it
+    line = head + search.answer(note=False)
     line += " of history" + at if search.unit == "tokens" and search.met else ""
     lo, hi = search.met, search.missed
     if lo is not None and lo.conversation_tokens:
@@ -238,7 +239,7 @@ def row_answer(search: Search, head: str, at: str = "") -> str:
         line += f"; first limit: {hi.limit} (at {search.fmt(hi.value)})"
     elif hi is not None and hi.reasons:
         line += f"; at {search.fmt(hi.value)}: {', '.join(dict.fromkeys(hi.reasons))}"
-    return line
+    return line + search.undecided_note()
 
 
 def cell_text(step: Step) -> str:

@@ -142,8 +142,9 @@ class Search:
             return f"{v / 1000:g}k tokens" if v >= 1000 else f"{v} tokens"
         return f"{v} user{'' if v == 1 else 's'}"
 
-    def answer(self) -> str:
-        """'6 users [6-7]', '>= 64 users (...)', or why there is no answer."""
+    def answer(self, note: bool = True) -> str:
+        """'6 users [6-7]', '>= 64 users (...)', or why there is no answer; with ``note``
+        the undecided steps follow (``undecided_note``)."""
         lo, hi = self.met, self.missed
         if self.stop == "not_judged":
             return "no answer: a step had too few requests to judge (lengthen search steps)"
@@ -153,7 +154,7 @@ class Search:
         if hi is None:
             return f">= {self.fmt(lo.value)} (the SLO held up to the most tried)"
         bracket = f"[{self.fmt(lo.value).split()[0]}-{self.fmt(hi.value).split()[0]}]"
-        return f"{self.fmt(lo.value)} {bracket}{self.undecided_note()}"
+        return f"{self.fmt(lo.value)} {bracket}{self.undecided_note() if note else ''}"
 
     def undecided_note(self) -> str:
         """'; UNDECIDED at 18 users: the SLO sits inside the pass-to-pass spread (x0.98-x1.03

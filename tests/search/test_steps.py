@@ -166,6 +166,17 @@ def test_an_undecided_step_bounds_the_bracket_and_is_named() -> None:
         "17 users [17-18]; UNDECIDED at 18 users (x0.98-x1.02 over 6 passes): the SLO sits "
         "inside the pass-to-pass spread there"
     )
+    # the whole line: the bracket's conversations and first limit, then the undecided step
+    # (an H200 search printed "...spread there with conversations up to 2,695 tokens")
+    from stress.search.runner import row_answer
+
+    s.steps[-1] = Step(17, "MET", factors=[0.95], conversation_tokens=2695)
+    s.steps[-2] = Step(18, "UNDECIDED", factors=[0.98, 1.02], limit="more users than slots")
+    assert row_answer(s, "capacity: ") == (
+        "capacity: 17 users [17-18] with conversations up to 2,695 tokens; first limit: more "
+        "users than slots (at 18 users); UNDECIDED at 18 users (x0.98-x1.02 over 2 passes): "
+        "the SLO sits inside the pass-to-pass spread there"
+    )
 
 
 def test_the_monotone_boundary_and_a_cliff() -> None:
