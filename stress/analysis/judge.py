@@ -312,10 +312,11 @@ def slo_limit(slo: Mapping[str, Any] | None, key: str) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and v > 0 else None
 
 
-def slo_checks(run: RunData) -> list[SloCheck]:
-    """The scenario's SLO, each on the headline's own figure (``stress.analysis.figures``):
-    TTFT p95 and decode p50 over non-warm-up requests that generated text."""
-    slo = run.scenario.get("slo") or {}
+def slo_checks(run: RunData, slo: Mapping[str, Any] | None = None) -> list[SloCheck]:
+    """The scenario's SLO (or ``slo``, a tier's limits), each on the headline's own figure
+    (``stress.analysis.figures``): TTFT p95 and decode p50 over non-warm-up requests that
+    generated text."""
+    slo = (run.scenario.get("slo") or {}) if slo is None else slo
     main = figures.main_requests(run.requests)
     out: list[SloCheck] = []
     for key, figure, field, q, unit, worse in SLO_FIGURES:
@@ -339,6 +340,18 @@ def slo_checks(run: RunData) -> list[SloCheck]:
     return out
 
 
+def tier_checks(run: RunData) -> dict[str, list[SloCheck]]:
+    """Each of the scenario's ``slo.tiers`` judged as the SLO is, on the same figures."""
+    tiers = (run.scenario.get("slo") or {}).get("tiers") or {}
+    if not isinstance(tiers, Mapping):
+        return {}
+    return {
+        str(name): slo_checks(run, limits)
+        for name, limits in tiers.items()
+        if isinstance(limits, Mapping)
+    }
+
+
 def error_rate_limit(run: RunData) -> float:
     v = (run.scenario.get("slo") or {}).get("error_rate")
     return float(v) if isinstance(v, int | float) and 0 <= v <= 1 else DEFAULT_ERROR_RATE
@@ -354,6 +367,8 @@ class Verdict:
     findings: list[Finding]
     """Why the grade: FAIL reasons first."""
     slo: list[SloCheck]
+    tiers: dict[str, list[SloCheck]]
+    """``slo.tiers``, each judged like ``slo`` (shown, never grading the verdict)."""
     tally: RequestTally
     error_rate: float
     """The scenario's ``slo.error_rate``, as the verdict applied it."""
@@ -372,6 +387,7 @@ class Verdict:
                 {"level": f.level, "code": f.code, "short": f.short} for f in self.findings
             ],
             "slo": [c.as_dict() for c in self.slo],
+            "slo_tiers": {k: [c.as_dict() for c in v] for k, v in self.tiers.items()},
             "items": self.items,
             "warnings": self.warnings,
             "counts": self.tally.as_dict(),
@@ -514,6 +530,8 @@ def make_verdict(run: RunData) -> Verdict:
     items += lines
     checks = slo_checks(run)
     items += [f"SLO: {c.text()}." for c in checks]
+    tiers = tier_checks(run)
+    items += [f"SLO tier {name}: {c.text()}." for name, cs in tiers.items() for c in cs]
     hw, hw_line = _hardware(run)
     items.append(hw_line)
     found = health_warnings(run.files) + warnings_for(recs, run.manifest, run.files.collectors)
@@ -546,7 +564,9 @@ def make_verdict(run: RunData) -> Verdict:
             f" {times(c.factor or 0.0)}" if c.status == "MISSED" else ""
         )
     warnings = [w["message"] for w in found]
-    return Verdict(status, summary, items, warnings, findings, checks, t, error_rate_limit(run))
+    return Verdict(
+        status, summary, items, warnings, findings, checks, tiers, t, error_rate_limit(run)
+    )
 
 
 def headline_counts(t: RequestTally, sent: int, c: HealthCounts) -> str:

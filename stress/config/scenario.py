@@ -579,6 +579,29 @@ class Telemetry(_Model):
     PCI bus ids or ``CUDA_VISIBLE_DEVICES=...``."""
 
 
+TierName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=32)]
+MAX_SLO_TIERS = 8
+
+
+class SloTier(_Model):
+    """A further service level judged from the same requests as ``slo`` (interactive
+    users and a batch job served by one box): shown beside the SLO, never grading the
+    verdict; a capacity search answers each tier from the same passes."""
+
+    ttft_p95: PositiveDuration | None = None
+    """TTFT p95 limit (s) of this tier."""
+    decode_tok_s_p50: Float | None = Field(default=None, gt=0, le=1e9)
+    """Decode speed p50 floor (tok/s) of this tier."""
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> SloTier:
+        if self.ttft_p95 is None and self.decode_tok_s_p50 is None:
+            raise ValueError(
+                "an SLO tier without a limit -- fix: give it ttft_p95, decode_tok_s_p50 or both"
+            )
+        return self
+
+
 class Slo(_Model):
     """The service level the verdict grades (PASS, WARN, FAIL)."""
 
@@ -595,6 +618,11 @@ class Slo(_Model):
     """Share of requests that may fail before the run is a FAIL, and on its own the share
     that may be cancelled at the drain deadline after the run's end; fewer are a WARN (a
     request the user cancels never counts, a run with none answered is a FAIL)."""
+    tiers: dict[TierName, SloTier] = Field(default_factory=dict, max_length=MAX_SLO_TIERS)
+    """Named further service levels, e.g. ``{interactive: {ttft_p95: 2s}, batch:
+    {ttft_p95: 30s, decode_tok_s_p50: 5}}``: each judged on the run's own figures and
+    listed beside the SLO (they do not grade the verdict); ``stress capacity`` gives one
+    bracket per tier from the same passes."""
 
 
 class Connection(_Model):

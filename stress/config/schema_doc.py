@@ -104,6 +104,7 @@ EXAMPLES: dict[str, Any] = {
     "slo.itl_p95": "150ms",
     "slo.decode_tok_s_p50": 20,
     "slo.error_rate": 0.02,
+    "slo.tiers": {"interactive": {"ttft_p95": "2s"}, "batch": {"ttft_p95": "30s"}},
     "search.axis": "length",
     "search.start": 2,
     "search.factor": 1.5,

@@ -50,6 +50,9 @@ def settle(doc: dict[str, Any], state: str, why: str = "") -> dict[str, Any]:
     doc["state_text"] = STATE_TEXT.get(state, state) + (f": {why}" if why else "")
     ended = f"{STATE_TEXT.get(state, state)} after {steps} step{'' if steps == 1 else 's'}"
     doc["answer"] = f"no answer: {ended}; judged so far: {judged(doc, doc.get('bracket'))}"
+    for name, tier in (doc.get("tiers") or {}).items():
+        tier["answer"] = f"no answer ({judged(doc, tier.get('bracket'))})"
+        tier["answer_line"] = f"SLO tier {name} ({tier.get('criterion')}): {tier['answer']}"
     head = f"capacity at SLO ({doc.get('criterion')}): "
     if doc.get("axis") == "grid":
         parts = []
@@ -171,6 +174,8 @@ def facts(doc: dict[str, Any]) -> list[str]:
     if doc.get("state") not in (None, "finished"):
         out.append(f"Not finished: {doc.get('state_text')}; the steps below are all it ran.")
     out.append(f"Criterion: the scenario's SLO, {doc.get('criterion')}.")
+    for name, tier in (doc.get("tiers") or {}).items():  # from the same passes
+        out.append(f"SLO tier {name} ({tier.get('criterion')}): {tier.get('answer')}.")
     if doc.get("stop_text"):
         out.append(f"Stopped: {doc['stop_text']}.")
     if isinstance(b := doc.get("boundary"), dict) and b.get("text"):

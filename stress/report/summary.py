@@ -311,6 +311,9 @@ def _head_lines(summary: dict[str, Any]) -> list[str]:
     lines = [
         f"verdict: {verdict.get('summary') or verdict.get('status') or '-'}",
         *([f"capacity: {capacity}"] if capacity else []),
+        *(  # the verdict's own tier lines: judged once, in analysis.judge
+            i for i in verdict.get("items") or () if str(i).startswith("SLO tier ")
+        ),
         f"run {summary['run_id']}  scenario {summary['scenario']}  "
         f"exit: {summary.get('exit_reason') or 'killed (incomplete)'}  "
         f"duration {_fmt(summary.get('duration_s'), 's')}",

@@ -158,10 +158,13 @@ def estimate(
 
     steps = int(most_cost(first, lambda v: 1.0, uniform=True))
     total = most_cost(first, cost, uniform=length_axis)
-    if len(rows) > 1:
+    # a grid's later rows, or each SLO tier's search (which goes on from wherever the
+    # main search's steps leave it), bound like a row started anywhere
+    more = len(rows) - 1 if len(rows) > 1 else len(sc.slo.tiers)
+    if more:
         more_steps, more_cost = later_rows(spec, cost)
-        steps += (len(rows) - 1) * more_steps
-        total += (len(rows) - 1) * more_cost
+        steps += more * more_steps
+        total += more * more_cost
     ends = [1 if not length_axis else first.start, first.maximum]  # the longest, the shortest
     counts = [rounds_at(*users_tokens(v, rows[0])) for v in ends]
     known = [t for n in counts if (t := pass_seconds(sc, n, reply)) is not None]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,37 @@ def read_pass(step: Step, s: dict[str, Any]) -> str:
     return "MISSED" if any(c.get("status") == "MISSED" for c in checks) else "MET"
 
 
+def read_tier(tier: Step, s: dict[str, Any], name: str, health: str, main: Step) -> str:
+    """Add one pass's judgement of SLO tier ``name`` (summary.json's ``verdict.slo_tiers``)
+    to the tier's ``tier`` step; its status: the pass's own health first (``health``, from
+    ``read_pass``: a failed pass fails every tier), then the tier's checks."""
+    checks = ((s.get("verdict") or {}).get("slo_tiers") or {}).get(name) or []
+    tier.checks.append("; ".join(str(c.get("text")) for c in checks))
+    factors = [float(c["factor"]) for c in checks if isinstance(c.get("factor"), int | float)]
+    tier.factors.append(max(factors, default=0.0))
+    tier.hang, tier.reasons, tier.run_dirs = main.hang, main.reasons, main.run_dirs
+    tier.conversation_tokens, tier.limit = main.conversation_tokens, main.limit
+    if health == "FAILED":
+        return "FAILED"
+    if not checks or any(c.get("status") == "NOT JUDGED" for c in checks):
+        return "NOT JUDGED"
+    return "MISSED" if any(c.get("status") == "MISSED" for c in checks) else "MET"
+
+
+def tier_searches(loaded: LoadedScenario, settings: SearchSpec) -> dict[str, Search]:
+    """One search per ``slo.tiers`` entry, with the main search's start, factor, maximum
+    and width (``make_search``); empty without tiers or on a grid (its rows answer the
+    main SLO only)."""
+    if settings.axis == "grid":
+        return {}
+    return {name: make_search(loaded, settings) for name in loaded.scenario.slo.tiers}
+
+
+def tier_criterion(loaded: LoadedScenario, name: str) -> str:
+    tier = loaded.scenario.slo.tiers[name]
+    return slo_text(tier.ttft_p95, tier.decode_tok_s_p50)
+
+
 def settle_step(step: Step, statuses: list[str], confidence: float, passes_max: int) -> None:
     """The step's status from its passes so far: MISSED when a pass failed its health,
     NOT JUDGED when a pass could not be judged (or none ran), else ``decide`` on the
@@ -183,6 +214,8 @@ class Row:
     search: Search
     length: int | None
     """Tokens of history each conversation opens with (None: the scenario's own)."""
+    tiers: dict[str, Search] = field(default_factory=dict)
+    """Each SLO tier's search over the same passes (``slo.tiers``; none on a grid)."""
 
 
 class Progress:
@@ -283,10 +316,32 @@ def bracket_text(search: Search) -> str:
     return f"[{lo.value if lo else '?'}-{hi.value if hi else '?'}]"
 
 
-def step_text(step: Step) -> str:
+def step_text(step: Step, reasons: bool = True) -> str:
     spread = ", ".join(times(f) for f in step.factors)
-    why = f"; {', '.join(dict.fromkeys(step.reasons))}" if step.reasons else ""
+    why = f"; {', '.join(dict.fromkeys(step.reasons))}" if step.reasons and reasons else ""
     return f"{step.status} (SLO factor per pass: {spread}){why}"
+
+
+def _tier_doc(name: str, t: Search, criterion: str) -> dict[str, Any]:
+    """capacity.json's entry for one SLO tier: its own bracket and answer."""
+    lo, hi = t.met, t.missed
+    return {
+        "criterion": criterion,
+        "bracket": [lo.value if lo else None, hi.value if hi else None],
+        "answer": t.answer(),
+        "answer_line": tier_answer(name, t, criterion),
+        "undecided": [st.value for st in t.undecided],
+        "boundary": _boundary_doc(t),
+        "stop": t.stop,
+        "steps": [
+            {"value": st.value, "status": st.status, "factors": st.factors} for st in t.steps
+        ],
+    }
+
+
+def tier_answer(name: str, t: Search, criterion: str) -> str:
+    """'SLO tier batch (TTFT p95 <= 30 s): 24 users [24-25] ...', as the main answer."""
+    return row_answer(t, f"SLO tier {name} ({criterion}): ")
 
 
 def _boundary_doc(search: Search) -> dict[str, Any] | None:
@@ -310,9 +365,12 @@ def document(
     started: float,
     at: str = "",
     scenario: str = "",
+    tier_criteria: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """capacity.json: the settings, every step, the bracket(s) and the answer; a grid also
-    has ``rows`` (one search per history length) and ``map``."""
+    has ``rows`` (one search per history length) and ``map``; SLO tiers have ``tiers``
+    (each tier's criterion, bracket and answer, from ``tier_criteria``)."""
+    tier_criteria = tier_criteria or {}
     first = rows[0].search
     lo, hi = first.met, first.missed
     steps = [s for r in rows for s in r.search.steps]
@@ -336,6 +394,11 @@ def document(
         "stop": first.stop,
         "stop_text": "; ".join(dict.fromkeys(stop_text(r.search) for r in rows if r.search.stop)),
     }
+    if rows[0].tiers:
+        doc["tiers"] = {
+            name: _tier_doc(name, t, tier_criteria.get(name, ""))
+            for name, t in rows[0].tiers.items()
+        }
     if settings.axis == "grid":
         doc["rows"] = [
             {

@@ -40,6 +40,7 @@ from stress.search.runner import (
     make_search,
     map_text,
     read_pass,
+    read_tier,
     settle_step,
     slo_text,
     slot_history,
@@ -48,6 +49,9 @@ from stress.search.runner import (
     step_scenario,
     step_text,
     stop_text,
+    tier_answer,
+    tier_criterion,
+    tier_searches,
 )
 from stress.search.steps import Search, Step, boundary
 from stress.store.recorder import new_run_dir, write_json
@@ -103,6 +107,7 @@ class SearchRun:
         self.run_pass, self.say = run_pass, say
         slo = loaded.scenario.slo
         self.criterion = slo_text(slo.ttft_p95, slo.decode_tok_s_p50)
+        self.tier_criteria = {name: tier_criterion(loaded, name) for name in slo.tiers}
         self.grid = settings.axis == "grid"
         self.at = f" at {loaded.scenario.users.count} users" if settings.axis == "length" else ""
         self.rows: list[Row] = []
@@ -157,7 +162,15 @@ class SearchRun:
 
     def document(self) -> dict[str, Any]:
         sc = self.loaded.scenario
-        doc = document(self.rows, self.settings, self.criterion, self.started, self.at, sc.name)
+        doc = document(
+            self.rows,
+            self.settings,
+            self.criterion,
+            self.started,
+            self.at,
+            sc.name,
+            self.tier_criteria,
+        )
         doc |= {"pid": os.getpid(), "host": socket.gethostname(), "in_flight": self.in_flight}
         return settle(doc, self.state, self.why)
 
@@ -176,13 +189,18 @@ class SearchRun:
         if self.grid:
             shown = ", ".join(tokens(n) for n in lengths if n)
             self.say(f"capacity map: a users search at {shown} tokens of history")
+            if self.tier_criteria:
+                self.say(
+                    "SLO tiers: a grid answers the main SLO only (each pass still judges them)"
+                )
         for length in lengths:
             if self.halted:
                 return False
             search = self._row_search(length)
             if search is None:
                 break
-            self.rows.append(Row(search, length))
+            tiers = tier_searches(self.loaded, self.settings) if not self.rows else {}
+            self.rows.append(Row(search, length, tiers))
             if len(self.rows) == 1:
                 self.say(self._estimate(search, lengths))
                 self.save()
@@ -217,20 +235,42 @@ class SearchRun:
         return Search(prev.met.value, settings.factor, settings.max_users, settings.width)
 
     async def _row(self, row: Row) -> None:
-        search = row.search
+        """The row's search, then each SLO tier's from where the passes so far leave it
+        (a tier whose bracket the main steps already narrowed runs no step of its own)."""
+        await self._walk(row, row.search)
+        for name, tier in row.tiers.items():
+            if self.halted:
+                return
+            tier.maximum, tier.bound = min(tier.maximum, row.search.maximum), row.search.bound
+            await self._walk(row, tier, f" for SLO tier {name}")
+
+    async def _walk(self, row: Row, search: Search, why: str = "") -> None:
+        """Run ``search``'s steps until it has its answer; each step is judged for the
+        main SLO and every tier, and recorded in all of their searches."""
+        main = row.search
         while not self.halted and (value := search.next_value()) is not None:
+            if value in {s.value for s in search.steps}:
+                break  # passes that contradict each other point back at a tried step
             users, start_tokens = self._point(row, value)
             at_step = step_scenario(self.loaded, self.settings, users, start_tokens)
-            step = await self._step(row, Step(value, length=start_tokens or 0), at_step)
+            tiers = {name: Step(value, length=start_tokens or 0) for name in row.tiers}
+            step = await self._step(row, Step(value, length=start_tokens or 0), at_step, tiers)
             if step is None:
                 break
-            search.steps.append(step)
+            main.steps.append(step)
+            for name, tier_step in tiers.items():
+                row.tiers[name].steps.append(tier_step)
             where = f" at {tokens(row.length or 0)} tokens" if self.grid else self.at
-            self.say(f"step {len(search.steps)}: {search.fmt(value)}{where} -> {step_text(step)}")
+            self.say(
+                f"step {len(main.steps)}: {main.fmt(value)}{where}{why} -> {step_text(step)}"
+                + "".join(f"; {n}: {step_text(t, reasons=False)}" for n, t in tiers.items())
+            )
             if step.slot_context:
                 self.slot = (step.slot_context, slot_history(at_step, step.slot_context))
-                if bound_by_slots(search, *self.slot):
-                    self.say(f"search bounded: {search.bound}")
+                if bound_by_slots(main, *self.slot):
+                    self.say(f"search bounded: {main.bound}")
+                    for tier in row.tiers.values():
+                        tier.maximum, tier.bound = main.maximum, main.bound
             self.save()
 
     def _point(self, row: Row, value: int) -> tuple[int, int | None]:
@@ -239,22 +279,20 @@ class SearchRun:
             return self.loaded.scenario.users.count, value
         return value, row.length
 
-    async def _step(self, row: Row, step: Step, at_step: LoadedScenario) -> Step | None:
-        """Run the step's passes: ``repeat``, then more while the step is UNDECIDED, up to
-        ``passes_max``. It is judged only when every pass ran to its end; else it is
-        INTERRUPTED or SERVER LOST with the figures of the passes it recorded (None: not one
-        pass started, the server being gone)."""
+    async def _step(
+        self, row: Row, step: Step, at_step: LoadedScenario, tiers: dict[str, Step]
+    ) -> Step | None:
+        """Run the step's passes: ``repeat``, then more while the step (or a tier's, in
+        ``tiers``) is UNDECIDED, up to ``passes_max``. It is judged only when every pass ran
+        to its end; else it is INTERRUPTED or SERVER LOST with the figures of the passes it
+        recorded (None: not one pass started, the server being gone)."""
         summaries: list[dict[str, Any]] = []
-        statuses: list[str] = []
+        statuses: dict[str, list[str]] = {"": [], **{name: [] for name in tiers}}
         spec = self.settings
         repeat, most, cut = spec.repeat, spec.passes_max, False
         for k in range(most):
-            if self.halted:
+            if self.halted or (k >= repeat and not self._undecided(step, tiers, statuses)):
                 break
-            if k >= repeat:
-                settle_step(step, statuses, spec.confidence, most)
-                if step.status != "UNDECIDED":
-                    break
             line = self.progress.line(row, step.value, k, repeat if k < repeat else most, self.at)
             self.say(line)
             self.in_flight = f"{row.search.fmt(step.value)}, pass {k + 1}/{repeat}"
@@ -264,7 +302,9 @@ class SearchRun:
                 break
             step.run_dirs.append(str(Path(outcome.run_dir).relative_to(self.root)))
             summaries.append(outcome.summary)
-            statuses.append(read_pass(step, outcome.summary))
+            statuses[""].append(health := read_pass(step, outcome.summary))
+            for name, t in tiers.items():
+                statuses[name].append(read_tier(t, outcome.summary, name, health, step))
             if outcome.exit_reason == "interrupted":
                 self.halt(
                     "interrupted", f"Ctrl-C, SIGTERM or q during the pass at {self.in_flight}"
@@ -275,12 +315,24 @@ class SearchRun:
         self.in_flight = ""
         if not summaries and self.state == "server lost":
             return None
-        settle_step(step, statuses, spec.confidence, most)
-        if self.state == "server lost":
-            step.status = "SERVER LOST"
-        elif cut or len(summaries) < repeat:
-            step.status = "INTERRUPTED"
+        self._undecided(step, tiers, statuses)
+        for s in (step, *tiers.values()):
+            if self.state == "server lost":
+                s.status = "SERVER LOST"
+            elif cut or len(summaries) < repeat:
+                s.status = "INTERRUPTED"
         return step
+
+    def _undecided(
+        self, step: Step, tiers: dict[str, Step], statuses: dict[str, list[str]]
+    ) -> bool:
+        """Settle the step and its tiers' on their passes so far; True while one of them
+        is UNDECIDED (another pass may decide it)."""
+        spec = self.settings
+        settle_step(step, statuses[""], spec.confidence, spec.passes_max)
+        for name, t in tiers.items():
+            settle_step(t, statuses[name], spec.confidence, spec.passes_max)
+        return any(s.status == "UNDECIDED" for s in (step, *tiers.values()))
 
     async def _pass(self, at_step: LoadedScenario, line: str) -> Any:
         """One pass's outcome; None when it never ran to a summary (cancelled, or the
@@ -315,6 +367,8 @@ class SearchRun:
             if self.grid:
                 self.say("\n" + map_text(self.rows, self.criterion))
             self.say(f"\n{answer_line(self.rows, self.criterion, self.at)}")
+            for name, tier in self.rows[0].tiers.items():
+                self.say(tier_answer(name, tier, self.tier_criteria[name]))
             slots = next((s for r in self.rows for s in r.search.steps if s.slots), None)
             if slots is not None:  # llama.cpp: the slots bound every answer
                 self.say(
