@@ -571,7 +571,9 @@ class Telemetry(_Model):
     interval: Duration = Field(default=1.0, ge=MIN_TELEMETRY_INTERVAL_S)
     """Seconds between collector samples; at least 0.1 s (0 killed both collectors)."""
     hang_after: PositiveDuration = 60.0
-    """Requests in flight and not a byte on any stream for this long: a suspected hang."""
+    """Not a byte on any stream for this long, counted while requests are in flight (the
+    thinking between requests does not count; a request that times out does not restart
+    the count): a suspected hang."""
     server_metrics: bool = True
     """Scrape the server's Prometheus ``/metrics`` during the run."""
     gpus: Literal["auto", "off"] | list[str] = "auto"

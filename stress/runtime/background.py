@@ -12,11 +12,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from stress.collectors.base import Collector, RunClock
 from stress.config.scenario import LoadedScenario
-from stress.core.events import RunEvent
+from stress.core.events import EventKind, RunEvent, Severity
 from stress.live.hangs import GatedSink, HangGate
 from stress.live.state import Live
 from stress.net.fetch import Fetcher
@@ -153,6 +154,65 @@ async def run_collector(
         )
 
 
+@dataclass(slots=True)
+class _Said:
+    kind: EventKind
+    message: str
+    severity: Severity
+    silent_s: float
+
+    def at(self, now: float) -> RunEvent:
+        data = {"silent_since_s": round(now - self.silent_s, 3)}
+        return RunEvent(
+            now,
+            self.kind,
+            self.message,
+            self.severity,
+            source="client",
+            data=data if self.kind == "hang_suspected" else {},
+        )
+
+
+@dataclass(slots=True)
+class ClientHangWatch:
+    """Silence on every stream, counted only while requests are in flight: a hang is
+    ``hang_after`` seconds of it in all, and it clears when a byte comes again.
+
+    Counting busy time since the last byte (not since the current request began) keeps a
+    frozen server in view when its requests time out and users send again: each new
+    request, and each think between two, used to restart the count, so a server frozen
+    longer than ``hang_after`` whose requests timed out sooner was never seen here."""
+
+    seen: float
+    """The last byte's time (``perf_counter``) when last looked at."""
+    prev: float
+    silent_s: float = 0.0
+    """Seconds with a request in flight since the last byte on any stream."""
+    hung: bool = False
+
+    def tick(self, now: float, byte: float, in_flight: int, hang_after: float) -> _Said | None:
+        """Advance to ``now``; the event to write, if any."""
+        if byte > self.seen:
+            self.seen, self.silent_s = byte, (now - byte if in_flight > 0 else 0.0)
+            if self.hung:
+                self.hung = False
+                return _Said("hang_cleared", "bytes flowing again", "warning", 0.0)
+        elif in_flight > 0:
+            self.silent_s += now - self.prev
+        self.prev = now
+        if not self.hung and in_flight > 0 and self.silent_s >= hang_after:
+            self.hung = True
+            return _Said(
+                "hang_suspected",
+                f"{in_flight} request(s) in flight and no bytes on any stream for "
+                f"{self.silent_s:.0f}s of requests in flight: the server may be hung "
+                "(restart counters would not show this)",
+                "error",
+                self.silent_s,
+            )
+        return None
+
+
 async def monitor(
     live: Live,
     collectors: list[Collector],
@@ -163,45 +223,15 @@ async def monitor(
     stop: asyncio.Event,
 ) -> None:
     """Once a second: copy collectors' live views into the live state, and watch for a
-    hang seen from the client side (requests in flight, not a byte on any stream), which
-    a restart counter alone would miss (field note 5)."""
-    hung_since: float | None = None
-    busy_since: float | None = None
+    hang seen from the client side (``ClientHangWatch``), which a restart counter alone
+    would miss (field note 5)."""
+    watch = ClientHangWatch(last_byte(), time.perf_counter())
     while not stop.is_set():
         for c in collectors:
             with contextlib.suppress(Exception):
                 live.collectors[c.name] = c.live()
-        now = time.perf_counter()
-        if live.in_flight == 0:
-            busy_since = None
-        elif busy_since is None:
-            busy_since = now
-        quiet = now - max(last_byte(), busy_since or now)
-        if live.in_flight > 0 and quiet >= hang_after:
-            if hung_since is None:
-                hung_since = clock.now() - quiet
-                gate.event(
-                    RunEvent(
-                        clock.now(),
-                        "hang_suspected",
-                        f"{live.in_flight} request(s) in flight and no bytes on any stream for "
-                        f"{quiet:.0f}s: the server may be hung (restart counters would not show "
-                        "this)",
-                        "error",
-                        source="client",
-                        data={"silent_since_s": round(hung_since, 3)},
-                    )
-                )
-        elif hung_since is not None and quiet < hang_after:
-            gate.event(
-                RunEvent(
-                    clock.now(),
-                    "hang_cleared",
-                    f"bytes flowing again after {clock.now() - hung_since:.0f}s",
-                    "warning",
-                    source="client",
-                )
-            )
-            hung_since = None
+        event = watch.tick(time.perf_counter(), last_byte(), live.in_flight, hang_after)
+        if event is not None:
+            gate.event(event.at(clock.now()))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=1.0)
