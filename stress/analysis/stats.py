@@ -27,25 +27,20 @@ MIN_CLUSTERS = 5
 """Fewest users for a cluster bootstrap: below it, resampling users says nothing about the
 spread, and the interval falls back to resampling requests."""
 
-# Two-sided 95 % critical values of Student's t by degrees of freedom (no scipy needed).
-_T975 = (
-    (1, 12.706),
-    (2, 4.303),
-    (3, 3.182),
-    (4, 2.776),
-    (5, 2.571),
-    (6, 2.447),
-    (7, 2.365),
-    (8, 2.306),
-    (9, 2.262),
-    (10, 2.228),
-    (12, 2.179),
-    (15, 2.131),
-    (20, 2.086),
-    (30, 2.042),
-    (60, 2.000),
-    (120, 1.980),
-)
+_DF = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 15, 20, 30, 60, 120)
+T_TABLE: dict[float, tuple[float, tuple[float, ...]]] = {
+    0.8: (1.282, (3.078, 1.886, 1.638, 1.533, 1.476, 1.440, 1.415, 1.397, 1.383, 1.372,
+                  1.356, 1.341, 1.325, 1.310, 1.296, 1.289)),
+    0.9: (1.645, (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
+                  1.782, 1.753, 1.725, 1.697, 1.671, 1.658)),
+    0.95: (1.960, (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+                   2.179, 2.131, 2.086, 2.042, 2.000, 1.980)),
+    0.99: (2.576, (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169,
+                   3.055, 2.947, 2.845, 2.750, 2.660, 2.617)),
+}  # fmt: skip
+"""Two-sided critical values of Student's t by confidence: (the normal's, the values at
+``_DF`` degrees of freedom); no scipy needed. Welch's test uses 0.95, a capacity search
+step the scenario's ``search.confidence`` (``stress.config.scenario.CONFIDENCES``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,19 +267,20 @@ def _cluster_interval(groups: list[FloatArray], q: float) -> tuple[float, float]
     return float(low), float(high)
 
 
-def t_critical(df: float) -> float:
-    """Two-sided 95 % critical value of Student's t (table, interpolated in 1/df)."""
-    if df >= _T975[-1][0]:
-        return 1.96 + (_T975[-1][1] - 1.96) * _T975[-1][0] / df
-    prev = _T975[0]
-    for k, v in _T975:
-        if df <= k:
-            if k == prev[0]:
-                return v
-            w = (1.0 / df - 1.0 / prev[0]) / (1.0 / k - 1.0 / prev[0])
-            return prev[1] + w * (v - prev[1])
-        prev = (k, v)
-    return 1.96
+def t_critical(df: float, confidence: float = CONFIDENCE) -> float:
+    """Two-sided critical value of Student's t at ``confidence`` (``T_TABLE``,
+    interpolated in 1/df; past 120 degrees of freedom, towards the normal's)."""
+    z, row = T_TABLE[confidence]
+    if df >= _DF[-1]:
+        return z + (row[-1] - z) * _DF[-1] / df
+    df = max(df, 1.0)
+    for k in range(len(_DF)):
+        if df <= _DF[k]:
+            if k == 0 or df == _DF[k]:
+                return row[k]
+            w = (1.0 / df - 1.0 / _DF[k - 1]) / (1.0 / _DF[k] - 1.0 / _DF[k - 1])
+            return row[k - 1] + w * (row[k] - row[k - 1])
+    return z
 
 
 def welch(a: Sequence[float], b: Sequence[float]) -> Difference:

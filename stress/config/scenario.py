@@ -684,7 +684,7 @@ class Phase(_Model):
 
 
 CONFIDENCES = (0.8, 0.9, 0.95, 0.99)
-"""The confidences a search step may be decided at (``stress.search.steps.T_TWO_SIDED``)."""
+"""The confidences a search step may be decided at (``stress.analysis.stats.T_TABLE``)."""
 
 
 class SearchSpec(_Model):

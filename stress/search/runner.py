@@ -139,10 +139,7 @@ def read_pass(step: Step, s: dict[str, Any]) -> str:
     if causes and not step.limit:
         step.limit = str(causes[0].get("title") or "")
     verdict = s.get("verdict") or {}
-    checks = verdict.get("slo") or []
-    step.checks.append("; ".join(str(c.get("text")) for c in checks))
-    factors = [float(c["factor"]) for c in checks if isinstance(c.get("factor"), int | float)]
-    step.factors.append(max(factors, default=0.0))
+    judged = add_checks(step, verdict.get("slo") or [])
     fails = [
         f
         for f in verdict.get("findings") or []
@@ -150,8 +147,15 @@ def read_pass(step: Step, s: dict[str, Any]) -> str:
     ]
     step.reasons += [str(f.get("short")) for f in fails]
     step.hang = step.hang or any(f.get("code") in HEALTH_STOPS for f in fails)
-    if fails:
-        return "FAILED"
+    return "FAILED" if fails else judged
+
+
+def add_checks(step: Step, checks: list[dict[str, Any]]) -> str:
+    """Add one pass's SLO checks (summary.json's) to ``step``: their text and the worst
+    factor; NOT JUDGED (none, or one with too few requests), MISSED or MET."""
+    step.checks.append("; ".join(str(c.get("text")) for c in checks))
+    factors = [float(c["factor"]) for c in checks if isinstance(c.get("factor"), int | float)]
+    step.factors.append(max(factors, default=0.0))
     if not checks or any(c.get("status") == "NOT JUDGED" for c in checks):
         return "NOT JUDGED"
     return "MISSED" if any(c.get("status") == "MISSED" for c in checks) else "MET"
@@ -162,16 +166,10 @@ def read_tier(tier: Step, s: dict[str, Any], name: str, health: str, main: Step)
     to the tier's ``tier`` step; its status: the pass's own health first (``health``, from
     ``read_pass``: a failed pass fails every tier), then the tier's checks."""
     checks = ((s.get("verdict") or {}).get("slo_tiers") or {}).get(name) or []
-    tier.checks.append("; ".join(str(c.get("text")) for c in checks))
-    factors = [float(c["factor"]) for c in checks if isinstance(c.get("factor"), int | float)]
-    tier.factors.append(max(factors, default=0.0))
+    judged = add_checks(tier, checks)
     tier.hang, tier.reasons, tier.run_dirs = main.hang, main.reasons, main.run_dirs
     tier.conversation_tokens, tier.limit = main.conversation_tokens, main.limit
-    if health == "FAILED":
-        return "FAILED"
-    if not checks or any(c.get("status") == "NOT JUDGED" for c in checks):
-        return "NOT JUDGED"
-    return "MISSED" if any(c.get("status") == "MISSED" for c in checks) else "MET"
+    return "FAILED" if health == "FAILED" else judged
 
 
 def tier_searches(loaded: LoadedScenario, settings: SearchSpec) -> dict[str, Search]:

@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from stress.analysis.stats import t_critical
+
 StepStatus = Literal["MET", "MISSED", "UNDECIDED", "NOT JUDGED", "INTERRUPTED", "SERVER LOST"]
 """INTERRUPTED and SERVER LOST: a step the search did not finish (Ctrl-C, the server went
 away); neither is judged, so neither moves the bracket."""
@@ -205,22 +207,6 @@ def most_cost(search: Search, cost: Callable[[int], float], uniform: bool = Fals
         prev, value = value, min(top, max(value + 1, round(value * search.factor)))
 
 
-T_TWO_SIDED: dict[float, tuple[float, ...]] = {
-    0.8: (3.078, 1.886, 1.638, 1.533, 1.476, 1.440, 1.415, 1.397, 1.383, 1.372),
-    0.9: (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812),
-    0.95: (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228),
-    0.99: (63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169),
-}
-"""Student's t, two-sided, by confidence, for 1-10 degrees of freedom (no scipy at run
-time); past 10 the value at 10, a little wider than the true one (under 9 %), so the
-interval errs on the side of UNDECIDED."""
-
-
-def t_quantile(confidence: float, df: int) -> float:
-    row = T_TWO_SIDED[confidence]
-    return row[min(df, len(row)) - 1]
-
-
 Decision = Literal["MET", "MISSED", "UNDECIDED"]
 
 
@@ -238,7 +224,8 @@ def decide(factors: Sequence[float], confidence: float, passes_max: int) -> Deci
         return "UNDECIDED"
     logs = [math.log(max(f, 1e-9)) for f in factors]
     mean = statistics.fmean(logs)
-    half = t_quantile(confidence, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    t = t_critical(len(logs) - 1, confidence)
+    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
     if mean + half < 0.0:
         return "MET"
     if mean - half > 0.0:

@@ -122,3 +122,15 @@ def test_a_difference_of_means_resamples_users_when_each_side_has_five() -> None
     assert four == bootstrap_mean_diff(xa[:120], xb[:120])
     ratio = bootstrap_ratio_diff(xa, [1.0] * 240, xb, [1.0] * 240, clusters_a=ua, clusters_b=ub)
     assert ratio.method.endswith("per user") and ratio.low == pytest.approx(per_user.low)
+
+
+def test_the_t_table_holds_every_confidence_a_search_may_ask_for() -> None:
+    from stress.analysis.stats import T_TABLE
+    from stress.config.scenario import CONFIDENCES
+
+    assert set(T_TABLE) == set(CONFIDENCES)
+    for c in CONFIDENCES:
+        values = [t_critical(df, c) for df in (1, 2, 5, 10, 11, 40, 119, 120, 10_000)]
+        assert values == sorted(values, reverse=True)  # narrower with more passes
+        assert values[-1] == pytest.approx(T_TABLE[c][0], abs=0.01)
+    assert t_critical(3, 0.9) == pytest.approx(2.353) and t_critical(5, 0.99) == 4.032
