@@ -14,7 +14,7 @@ import csv
 import fnmatch
 import io
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -40,6 +40,8 @@ class ArchiveRow:
     verdict: str
     slo: str
     """Each SLO figure's grade ("TTFT p95 MISSED x1.14"), "-" without an SLO."""
+    slo_tiers: str
+    """Each ``slo.tiers`` entry's grade ("interactive MISSED x1.14, batch MET"), "-" without."""
     within_slo: str
     """Where the capacity answer found the SLO held ("4 users", "6 in flight", "30k tok")."""
     goodput: float | None
@@ -70,6 +72,7 @@ def row_for(run_dir: Path) -> ArchiveRow:
         duration_s=round(run.duration_s, 1),
         verdict=analysis.verdict.status,
         slo=slo_cell(analysis.verdict.slo),
+        slo_tiers=tier_cell(analysis.verdict.tiers),
         within_slo=within_cell(a),
         goodput=a.goodput,
         requests=len(run.requests),
@@ -90,6 +93,21 @@ def slo_cell(checks: list[SloCheck]) -> str:
         )
         or "-"
     )
+
+
+def tier_cell(tiers: Mapping[str, list[SloCheck]]) -> str:
+    """'interactive MISSED x1.14, batch MET': each SLO tier by its worst check (MISSED
+    with its largest factor, then NOT JUDGED, then MET), as the verdict judged them."""
+    parts = []
+    for name, checks in tiers.items():
+        missed = [c.factor or 0.0 for c in checks if c.status == "MISSED"]
+        if missed:
+            parts.append(f"{name} MISSED {times(max(missed))}")
+        elif any(c.status == "NOT JUDGED" for c in checks) or not checks:
+            parts.append(f"{name} not judged")
+        else:
+            parts.append(f"{name} MET")
+    return ", ".join(parts) or "-"
 
 
 def within_cell(a: CapacityAnswer) -> str:
@@ -121,6 +139,7 @@ def damaged_row(run_dir: Path, reason: str) -> ArchiveRow:
         duration_s=0.0,
         verdict="damaged",
         slo="-",
+        slo_tiers="-",
         within_slo="-",
         goodput=None,
         requests=0,
@@ -187,6 +206,7 @@ COLUMNS = (
     "duration",
     "verdict",
     "SLO",
+    "SLO tiers",
     "within SLO up to",
     "goodput",
     "TTFT p95 s",
@@ -197,7 +217,10 @@ COLUMNS = (
 
 
 def render_table(rows: list[ArchiveRow]) -> str:
+    """The listing as aligned columns; the SLO tiers column only when a run has tiers."""
     good = [r for r in rows if not r.damaged]
+    tiers = any(r.slo_tiers != "-" for r in good)
+    columns = [c for c in COLUMNS if tiers or c != "SLO tiers"]
     cells = [
         [
             r.date,
@@ -207,6 +230,7 @@ def render_table(rows: list[ArchiveRow]) -> str:
             f"{r.duration_s / 60:.1f}m",
             r.verdict,
             r.slo,
+            *([r.slo_tiers] if tiers else []),
             r.within_slo,
             pct(r.goodput),
             num(r.ttft_p95_s),
@@ -216,10 +240,10 @@ def render_table(rows: list[ArchiveRow]) -> str:
         ]
         for r in good
     ]
-    widths = [max(len(c[i]) for c in [list(COLUMNS), *cells]) for i in range(len(COLUMNS))]
+    widths = [max(len(c[i]) for c in [columns, *cells]) for i in range(len(columns))]
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-        for row in [list(COLUMNS), *cells]
+        for row in [columns, *cells]
     ]
     lines += [f"{r.path}  damaged: {r.damaged}" for r in rows if r.damaged]
     return "\n".join(lines)

@@ -12,6 +12,7 @@ import pytest
 
 from stress.analysis.judge import make_verdict, slo_checks, tier_checks
 from stress.analysis.rundata import load_run
+from stress.core.fmt import times
 from stress.report.summary import build_summary, render_summary
 from tests.report.synth import manifest, request, write_run
 
@@ -69,3 +70,33 @@ def test_a_tier_without_a_limit_is_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr
     [line] = proc.stderr.strip().splitlines()
     assert "t.yaml" in line and "slo.tiers.batch" in line and "fix: give it ttft_p95" in line
+
+
+def test_ls_lists_each_tier_beside_the_slo(tmp_path: Path) -> None:
+    """``stress ls`` (the real CLI): a column and a CSV field with each tier's grade, the
+    verdict's own (its factor is the check's); a listing without tiers has no column."""
+    slo = {"ttft_p95": 5.0, "tiers": {"interactive": {"ttft_p95": 1.2}, "batch": {"ttft_p95": 30}}}
+    d = _run(tmp_path / "tiered", slo)
+    _run(tmp_path / "plain", {"ttft_p95": 5.0})
+    [fast] = tier_checks(load_run(d))["interactive"]
+
+    def ls(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "stress", "ls", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    shown = ls(str(tmp_path))
+    assert "SLO tiers" in shown.splitlines()[0]
+    want = f"interactive MISSED {times(fast.factor or 0.0)}, batch MET"
+    assert want in shown
+    assert "SLO tiers" not in ls(str(tmp_path / "plain"))
+    out_csv = tmp_path / "runs.csv"
+    ls(str(tmp_path), "--csv", str(out_csv))
+    header, *lines = out_csv.read_text().splitlines()
+    assert "slo_tiers" in header.split(",")
+    assert any(want in line for line in lines)
