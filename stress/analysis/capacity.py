@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -38,7 +38,14 @@ from stress.analysis.causes import Cause, conv_len, name_causes, working_set
 from stress.analysis.figures import Record
 from stress.analysis.judge import SloCheck, slo_checks
 from stress.analysis.rundata import RunData, end_time
-from stress.analysis.server_kind import SlotLayout, server_kind, shared_pool_tokens, slot_layout
+from stress.analysis.server_kind import (
+    PastSlots,
+    SlotLayout,
+    past_slots,
+    server_kind,
+    shared_pool_tokens,
+    slot_layout,
+)
 from stress.analysis.stats import percentile_interval
 from stress.core.fmt import num, tokens
 from stress.core.limits import MIN_SAMPLES
@@ -364,6 +371,9 @@ class CapacityAnswer:
     """What ``users`` counts: users, sessions at once, or (a replay) requests in flight."""
     slots: SlotLayout | None = None
     """llama.cpp's slots, each its own context: the capacity in place of a pool."""
+    past_slots: PastSlots | None = None
+    """llama.cpp: the turns whose slot was most likely taken, and what the tier below the
+    slots (the host-RAM prompt cache) still held for them."""
     server_kind: str | None = None
     """The server's dialect (``server_kind.server_kind``); None: unknown."""
     replay: dict[str, float] = field(default_factory=dict)
@@ -399,6 +409,7 @@ class CapacityAnswer:
             "users_fit_pool": self.users_fit_pool,
             "slots": self.slots.count if self.slots else None,
             "slot_context_tokens": self.slots.context_tokens if self.slots else None,
+            "past_slots": asdict(self.past_slots) if self.past_slots else None,
             "goodput": self.goodput,
             "goodput_by_user": {str(k): v for k, v in sorted(self.goodput_by_user.items())},
             "causes": [
@@ -486,6 +497,7 @@ def capacity_answer(run: RunData, checks: list[SloCheck] | None = None) -> Capac
         open_loop=load is not None,
         load=kind,
         slots=slot_layout(run),
+        past_slots=past_slots(run),
         server_kind=server_kind(run),
         replay=replay_load(main) if kind == "replay" else {},
     )

@@ -698,6 +698,17 @@ FIGURES: tuple[FigureDef, ...] = (
         "none on llama.cpp (slots are separate contexts) or in a replay",
         "stress.analysis.capacity:capacity_answer",
     ),
+    _elsewhere(
+        "retention past the slots",
+        "llama.cpp runs with a known slot count: non-warm-up follow-up turns with cached "
+        "tokens known and something to reuse, split by whether turns of at least as many "
+        "other users as there are slots started between the user's previous turn's end and "
+        "this turn's start (its slot most likely taken: llama.cpp reuses the idle slot "
+        "holding the same prompt, else the least recently used)",
+        "cache retention of each side: what the past-the-slots turns kept came from the "
+        "host-RAM prompt cache (--cache-ram)",
+        "stress.analysis.server_kind:past_slots",
+    ),
     defined(energy_j),
     defined(j_per_token),
     defined(sample_mean),

@@ -10,12 +10,15 @@ fingerprint) asks here which of the two the run had.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from stress.analysis import figures
+from stress.analysis.figures import Record
 from stress.analysis.rundata import RunData
+from stress.analysis.runfiles import end_time
 
 KINDS = ("vllm", "sglang", "llamacpp")
 
@@ -84,3 +87,57 @@ def shared_pool_tokens(run: RunData) -> float | None:
     if server_kind(run) == "llamacpp":
         return None
     return figures.kv_pool_tokens(run.server, run.collector("server"), run.manifest.probe)
+
+
+@dataclass(frozen=True, slots=True)
+class PastSlots:
+    """llama.cpp's cache tier below the slots, seen from the turns it had to serve."""
+
+    turns: int
+    """Follow-up turns whose slot another conversation most likely took (``past_slots``)."""
+    retention: float | None
+    """Cache retention over those turns: what came back from below the slots."""
+    others: int
+    """The other follow-up turns (their slot most likely still held their prompt)."""
+    others_retention: float | None
+
+
+def _returning(records: list[Record]) -> list[tuple[Record, float]]:
+    """Each follow-up turn that counts for retention with its user's previous turn's end."""
+    last_end: dict[Any, float] = {}
+    out = []
+    for r in sorted(records, key=lambda r: float(r.get("t_start") or 0.0)):
+        user = r.get("user")
+        if figures.counts_for_retention(r) and user in last_end:
+            out.append((r, last_end[user]))
+        last_end[user] = max(last_end.get(user, 0.0), end_time(r))
+    return out
+
+
+def past_slots(run: RunData) -> PastSlots | None:
+    """Cache retention of the turns that came back after their slot was most likely given
+    away, beside the other turns'; None off llama.cpp, with the slot count unknown, or
+    when no turn came back that way.
+
+    A slot holds one prompt; a finished turn leaves its prompt in its slot, and llama.cpp
+    gives a new turn the idle slot holding the same prompt, else the least recently used
+    one. So once at least as many other users have started a turn since a user's last one
+    as there are slots, that user's slot has most likely gone to another conversation, and
+    what its next turn still finds cached came from below the slots: the host-RAM prompt
+    cache (``--cache-ram``), whose size and hits llama.cpp reports nowhere."""
+    layout = slot_layout(run)
+    if layout is None:
+        return None
+    starts = sorted((float(r.get("t_start") or 0.0), r.get("user")) for r in run.requests)
+    times = [t for t, _ in starts]
+    past: list[Record] = []
+    kept: list[Record] = []
+    for r, since in _returning(figures.main_requests(run.requests)):
+        lo, hi = bisect_right(times, since), bisect_left(times, float(r.get("t_start") or 0.0))
+        others = {u for _, u in starts[lo:hi] if u != r.get("user")}
+        (past if len(others) >= layout.count else kept).append(r)
+    if not past:
+        return None
+    return PastSlots(
+        len(past), figures.cache_retention(past), len(kept), figures.cache_retention(kept)
+    )

@@ -18,6 +18,7 @@ from stress.analysis.capacity import (
     Limits,
     first_turn_note,
 )
+from stress.analysis.server_kind import PastSlots
 from stress.core.fmt import num, pct, times, tokens
 from stress.core.limits import MIN_SAMPLES
 from stress.report.model import Section, Table
@@ -104,7 +105,28 @@ def slot_levers(a: CapacityAnswer) -> list[str]:
             f"{a.users:,} {who} on {slots.count:,} slots: the others wait for a free slot, "
             "and a slot's cached prompt is replaced by the next conversation's."
         )
+    if a.past_slots is not None:
+        out.append(host_cache_tier(a.past_slots, slots.count))
     return out
+
+
+def host_cache_tier(p: PastSlots, slots: int) -> str:
+    """The tier below the slots, from the turns that came back after their slot was most
+    likely taken (``server_kind.past_slots``), beside the turns whose slot still held them."""
+    s = "" if p.turns == 1 else "s"
+    kept = (
+        f"; the other {p.others:,} follow-up turns kept {pct(p.others_retention)}"
+        if p.others and p.others_retention is not None
+        else ""
+    )
+    return (
+        f"Below the slots, the host-RAM prompt cache is a tier of its own (--cache-ram, "
+        f"8,192 MiB by default; llama.cpp reports neither its size nor its hits): {p.turns:,} "
+        f"follow-up turn{s} came back after turns of {slots:,} or more other users, "
+        f"their slot most likely taken, and the cache still held {pct(p.retention)} "
+        f"of what they could reuse{kept}. Near 0%, the tier is off or too small for these "
+        "conversations: each such turn re-reads its whole prompt."
+    )
 
 
 def _pool_levers(a: CapacityAnswer, pool: float) -> list[str]:

@@ -99,3 +99,56 @@ def test_the_live_view_shows_no_pool_on_llamacpp() -> None:
     assert "/" not in server_text(live, 15_000).plain.split("working set")[1].split("\n")[0]
     vllm = server_text({"dialect": "vllm", "kv_pool_tokens": 100_000}, 15_000).plain
     assert "/" in vllm.split("working set")[1].split("\n")[0]  # vLLM: against its pool
+
+
+def _llamacpp_run(tmp: Path, users: int, kept: float) -> Path:
+    """Rounds of ``users`` turns one after another on 4 slots; every follow-up could reuse
+    1,000 tokens and found ``kept`` of them cached."""
+    from tests.report.synth import manifest, request, write_run
+
+    man = manifest("slots", users=users)
+    man["probe"] = {"kind": "llamacpp", "slots": 4, "slot_n_ctx": [16384] * 4}
+    reqs = [
+        request(
+            u,
+            k,
+            float((k * users + u) * 6),
+            cached=0 if k == 1 else int(1000 * kept),
+            reusable=0 if k == 1 else 1000,
+        )
+        for k in range(1, 5)
+        for u in range(users)
+    ]
+    return write_run(tmp, man, reqs)
+
+
+def test_turns_back_after_their_slot_was_taken_show_the_host_cache_tier(tmp_path: Path) -> None:
+    """8 users on 4 slots, one turn at a time: 7 others run between a user's turns, so each
+    follow-up's slot was taken and what it still found came from the host-RAM prompt cache;
+    the report states that tier, its retention and that llama.cpp does not size it."""
+    from stress.analysis.analyze import analyze
+    from stress.analysis.server_kind import PastSlots, past_slots
+
+    d = _llamacpp_run(tmp_path / "many", 8, 0.25)
+    run = load_run(d)
+    assert past_slots(run) == PastSlots(24, 0.25, 0, None)
+    a = analyze(d)
+    assert a.capacity.as_dict()["past_slots"]["retention"] == 0.25
+    proc = subprocess.run(
+        [sys.executable, "-m", "stress", "report", str(d)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    capacity = (d / "report.md").read_text().split("## Capacity")[1].split("\n## ")[0]
+    assert "the host-RAM prompt cache is a tier of its own" in capacity
+    assert "24 follow-up turns came back after turns of 4 or more other users" in capacity
+    assert "the cache still held 25" in capacity
+
+
+def test_with_no_more_users_than_slots_every_turn_kept_its_slot(tmp_path: Path) -> None:
+    """3 users on 4 slots: two others between a user's turns, never a slot's worth."""
+    from stress.analysis.server_kind import past_slots
+
+    assert past_slots(load_run(_llamacpp_run(tmp_path / "few", 3, 1.0))) is None
