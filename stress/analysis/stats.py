@@ -4,8 +4,9 @@ Field note 6: mean with spread, never max, and say when a difference is inside t
 Per-request figures are compared with a bootstrap interval of the difference (fixed seed,
 so a report is reproducible); run-level figures of repeated runs with Welch's t-test.
 Requests of one run are not independent (they share a server, a moment, a conversation),
-so a per-request interval is optimistic; docs/reports.md says so and pooling repeated
-runs is preferred.
+so a per-request interval is optimistic: the bootstrap resamples users, and for a side of
+repeated runs runs first and users within them, since users of one run share the server;
+docs/reports.md says so and pooling repeated runs is preferred.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261130
@@ -81,6 +83,9 @@ class Difference:
     significant: bool | None
     """None: too few samples to judge."""
     method: str
+    unit: str = ""
+    """What a bootstrap resampled ("per run, then user", "per user", "per request"), for a
+    judgement's label; empty for other methods."""
 
 
 def _resampled_means(a: FloatArray, rng: np.random.Generator, n_boot: int) -> FloatArray:
@@ -110,6 +115,27 @@ def _resampled_ratios(
 Clusters = Sequence[Hashable] | None
 """Each value's cluster (its run and user), parallel to the values; None: none known."""
 
+PER_RUN_THEN_USER = "per run, then user"
+PER_USER = "per user"
+PER_REQUEST = "per request"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSums:
+    """One side's per-cluster sums of ``num`` and ``den``. When its clusters are (run,
+    user) and it holds 2+ runs, they are ordered by run and ``run_sizes`` says how many
+    each run has: users of one run share the server at every moment, so they are not
+    independent units and a resample draws runs first (``_resampled_nested_ratios``)."""
+
+    nums: FloatArray
+    dens: FloatArray
+    run_sizes: IntArray | None = None
+    """Clusters per run, in order; None: one run (or keys naming none), resample users."""
+
+    @property
+    def unit(self) -> str:
+        return PER_RUN_THEN_USER if self.run_sizes is not None else PER_USER
+
 
 def bootstrap_mean_diff(
     a: Sequence[float] | FloatArray,
@@ -118,26 +144,27 @@ def bootstrap_mean_diff(
     clusters_a: Clusters = None,
     clusters_b: Clusters = None,
 ) -> Difference:
-    """Percentile bootstrap interval of mean(b) - mean(a): over clusters (users) when both
-    sides have ``MIN_CLUSTERS`` or more, else over requests (``cluster_sums``)."""
+    """Percentile bootstrap interval of mean(b) - mean(a): over clusters when both sides
+    have ``MIN_CLUSTERS`` or more (runs then users on a side of 2+ runs, users on a side
+    of one), else over requests (``cluster_sums``)."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     ones_a, ones_b = np.ones(x.size), np.ones(y.size)
     cx, cy = cluster_sums(x, ones_a, clusters_a), cluster_sums(y, ones_b, clusters_b)
     keep_x, keep_y = np.isfinite(x), np.isfinite(y)
     x, y = x[keep_x], y[keep_y]
-    unit = "user" if cx is not None and cy is not None else "request"
-    method = f"bootstrap {int(CONFIDENCE * 100)}% CI of the difference of means, per {unit}"
+    unit = _unit(cx, cy)
+    method = f"bootstrap {int(CONFIDENCE * 100)}% CI of the difference of means, {unit}"
     if x.size < min_n or y.size < min_n:
         diff = float(y.mean() - x.mean()) if x.size and y.size else None
-        return Difference(diff, None, None, None, method)
+        return Difference(diff, None, None, None, method, unit)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     if cx is not None and cy is not None:
-        d = _resampled_cluster_ratios(*cy, rng) - _resampled_cluster_ratios(*cx, rng)
+        d = _side_ratios(cy, rng) - _side_ratios(cx, rng)
     else:
         d = _resampled_means(y, rng, BOOTSTRAP_RESAMPLES) - _resampled_means(
             x, rng, BOOTSTRAP_RESAMPLES
         )
-    return _interval(float(y.mean() - x.mean()), d, method)
+    return _interval(float(y.mean() - x.mean()), d, method, unit)
 
 
 def bootstrap_ratio_diff(
@@ -150,32 +177,42 @@ def bootstrap_ratio_diff(
     clusters_b: Clusters = None,
 ) -> Difference:
     """Bootstrap interval of the difference of two ratios of sums (e.g. cached / prompt),
-    over clusters when both sides have ``MIN_CLUSTERS`` or more, else over requests."""
+    over clusters when both sides have ``MIN_CLUSTERS`` or more (as
+    ``bootstrap_mean_diff``), else over requests."""
     na, da = np.asarray(num_a, dtype=float), np.asarray(den_a, dtype=float)
     nb, db = np.asarray(num_b, dtype=float), np.asarray(den_b, dtype=float)
     ca, cb = cluster_sums(na, da, clusters_a), cluster_sums(nb, db, clusters_b)
-    unit = "user" if ca is not None and cb is not None else "request"
-    method = f"bootstrap {int(CONFIDENCE * 100)}% CI of the difference, per {unit}"
+    unit = _unit(ca, cb)
+    method = f"bootstrap {int(CONFIDENCE * 100)}% CI of the difference, {unit}"
     if na.size < min_n or nb.size < min_n or da.sum() <= 0 or db.sum() <= 0:
         diff = None
         if da.sum() > 0 and db.sum() > 0:
             diff = float(nb.sum() / db.sum() - na.sum() / da.sum())
-        return Difference(diff, None, None, None, method)
+        return Difference(diff, None, None, None, method, unit)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     if ca is not None and cb is not None:
-        d = _resampled_cluster_ratios(*cb, rng) - _resampled_cluster_ratios(*ca, rng)
+        d = _side_ratios(cb, rng) - _side_ratios(ca, rng)
     else:
         d = _resampled_ratios(nb, db, rng, BOOTSTRAP_RESAMPLES) - _resampled_ratios(
             na, da, rng, BOOTSTRAP_RESAMPLES
         )
-    return _interval(float(nb.sum() / db.sum() - na.sum() / da.sum()), d, method)
+    return _interval(float(nb.sum() / db.sum() - na.sum() / da.sum()), d, method, unit)
 
 
-def cluster_sums(
-    num: FloatArray, den: FloatArray, clusters: Clusters
-) -> tuple[FloatArray, FloatArray] | None:
-    """Per cluster, the sums of ``num`` and ``den`` over its finite values; None without
-    clusters, or with fewer than ``MIN_CLUSTERS`` (too few to resample: requests then)."""
+def _unit(a: ClusterSums | None, b: ClusterSums | None) -> str:
+    """What the interval resamples, for its method text: clusters only when both sides
+    have enough, and each side's own unit (a side of one run has no runs to draw)."""
+    if a is None or b is None:
+        return PER_REQUEST
+    if a.unit == b.unit:
+        return a.unit
+    return f"{PER_RUN_THEN_USER} ({PER_USER} on the side of one run)"
+
+
+def cluster_sums(num: FloatArray, den: FloatArray, clusters: Clusters) -> ClusterSums | None:
+    """Per cluster, the sums of ``num`` and ``den`` over its finite values, grouped by run
+    when the keys are (run, user) tuples of 2+ runs (``_by_run``); None without clusters,
+    or with fewer than ``MIN_CLUSTERS`` (too few to resample: requests then)."""
     if clusters is None or len(clusters) != num.size:
         return None
     index: dict[Hashable, int] = {}
@@ -190,22 +227,88 @@ def cluster_sums(
     nums = np.bincount(k, weights=num[keep], minlength=n_clusters)
     dens = np.bincount(k, weights=den[keep], minlength=n_clusters)
     present = np.bincount(k, minlength=n_clusters) > 0
-    return np.asarray(nums[present], dtype=np.float64), np.asarray(dens[present], dtype=np.float64)
+    names = [c for c, i in index.items() if present[i]]
+    return _by_run(
+        np.asarray(nums[present], dtype=np.float64),
+        np.asarray(dens[present], dtype=np.float64),
+        names,
+    )
+
+
+def _by_run(nums: FloatArray, dens: FloatArray, names: list[Hashable]) -> ClusterSums:
+    """The clusters ordered by run with each run's count, when every name is a (run, user)
+    tuple and there are 2+ runs; else as given, so a one-run side resamples its users
+    exactly as before runs were drawn."""
+    pairs = [c for c in names if isinstance(c, tuple) and len(c) == 2]
+    if len(pairs) != len(names):
+        return ClusterSums(nums, dens)
+    run_ids: dict[Hashable, int] = {}
+    runs = np.array([run_ids.setdefault(c[0], len(run_ids)) for c in pairs], dtype=np.int64)
+    if len(run_ids) < 2:
+        return ClusterSums(nums, dens)
+    order = np.argsort(runs, kind="stable")
+    sizes = np.bincount(runs, minlength=len(run_ids)).astype(np.int64)
+    return ClusterSums(nums[order], dens[order], sizes)
+
+
+def _side_ratios(c: ClusterSums, rng: np.random.Generator) -> FloatArray:
+    """One side's bootstrap ratios: runs then users on a side of 2+ runs, else users."""
+    if c.run_sizes is None:
+        return _resampled_cluster_ratios(c.nums, c.dens, rng)
+    return _resampled_nested_ratios(c.nums, c.dens, c.run_sizes, rng)
+
+
+def _chunk(width: int) -> int:
+    """Resamples per chunk, so resamples x drawn clusters stays near 4 million."""
+    return max(1, min(BOOTSTRAP_RESAMPLES, 4_000_000 // max(1, width)))
+
+
+def _ratio(num: FloatArray, den: FloatArray) -> FloatArray:
+    return np.asarray(num / np.where(den > 0, den, np.nan), dtype=np.float64)
 
 
 def _resampled_cluster_ratios(
     nums: FloatArray, dens: FloatArray, rng: np.random.Generator
 ) -> FloatArray:
     """Bootstrap sum(num) / sum(den) over resampled clusters (a mean when den counts)."""
-    idx = rng.integers(0, nums.size, size=(BOOTSTRAP_RESAMPLES, nums.size))
-    den = dens[idx].sum(axis=1)
-    return np.asarray(nums[idx].sum(axis=1) / np.where(den > 0, den, np.nan))
+    out = np.empty(BOOTSTRAP_RESAMPLES)
+    chunk = _chunk(nums.size)
+    for start in range(0, BOOTSTRAP_RESAMPLES, chunk):
+        k = min(chunk, BOOTSTRAP_RESAMPLES - start)
+        idx = rng.integers(0, nums.size, size=(k, nums.size))
+        out[start : start + k] = _ratio(nums[idx].sum(axis=1), dens[idx].sum(axis=1))
+    return out
 
 
-def _interval(diff: float, boots: FloatArray, method: str) -> Difference:
+def _resampled_nested_ratios(
+    nums: FloatArray, dens: FloatArray, run_sizes: IntArray, rng: np.random.Generator
+) -> FloatArray:
+    """Two-stage bootstrap of sum(num) / sum(den): each resample draws the side's runs
+    with replacement, then within each drawn run as many of its users as it has, with
+    replacement, so run-to-run noise (users of one run share the server) widens the
+    interval as it should. Vectorised over a (resamples, runs, widest run) block; slots
+    past a drawn run's own size are masked out."""
+    n_runs, widest = run_sizes.size, int(run_sizes.max())
+    starts = np.concatenate(([0], np.cumsum(run_sizes)[:-1])).astype(np.int64)
+    slots = np.arange(widest)
+    out = np.empty(BOOTSTRAP_RESAMPLES)
+    chunk = _chunk(n_runs * widest)
+    for start in range(0, BOOTSTRAP_RESAMPLES, chunk):
+        k = min(chunk, BOOTSTRAP_RESAMPLES - start)
+        runs = rng.integers(0, n_runs, size=(k, n_runs))
+        sizes = run_sizes[runs][..., None]
+        idx = starts[runs][..., None] + rng.integers(0, sizes, size=(k, n_runs, widest))
+        drawn = slots < sizes
+        num = np.where(drawn, nums[idx], 0.0).sum(axis=(1, 2))
+        den = np.where(drawn, dens[idx], 0.0).sum(axis=(1, 2))
+        out[start : start + k] = _ratio(num, den)
+    return out
+
+
+def _interval(diff: float, boots: FloatArray, method: str, unit: str) -> Difference:
     alpha = (1.0 - CONFIDENCE) / 2.0
     low, high = np.quantile(boots, [alpha, 1.0 - alpha])
-    return Difference(diff, float(low), float(high), not (low <= 0.0 <= high), method)
+    return Difference(diff, float(low), float(high), not (low <= 0.0 <= high), method, unit)
 
 
 PERCENTILE_BOOT_ELEMENTS = 8_000_000

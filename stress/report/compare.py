@@ -31,7 +31,7 @@ from stress.analysis.stats import (
     welch,
 )
 from stress.core.fmt import num, pct
-from stress.report.archive import slo_cell, within_cell
+from stress.report.archive import slo_cell, tier_cell, within_cell
 from stress.report.fingerprint import diff, fingerprint, group_key, server_unchanged
 from stress.report.headline import PER_REQUEST, aggregate_tok_s, values
 from stress.report.model import Table
@@ -101,14 +101,17 @@ def _diff_cell(d: Difference, as_pct: bool = False) -> str:
 METHOD = (
     f"Per-request figures: percentile bootstrap 95% CI of the difference of means "
     f"({BOOTSTRAP_RESAMPLES} resamples, fixed seed), requests pooled over a group's runs. "
-    "A user's requests are correlated (one conversation, one cache), so the resamples are "
-    f"users, each with all its requests, when both sides have {MIN_CLUSTERS} or more (a "
-    "user of another run is another), else requests. The hit rate is a ratio of sums, "
-    "bootstrapped the same way. Users of one run share the server, so even these "
-    "intervals are optimistic: prefer repeated runs, judged over runs with Welch's t-test "
-    "(95%) first, as are run-level figures and ITL p95 over every gap (one figure per run; "
-    "a group's cell pools its runs' gaps). A difference is 'significant' when its "
-    "interval excludes zero."
+    "A user's requests are correlated (one conversation, one cache) and users of one run "
+    f"share the server, so when both sides have {MIN_CLUSTERS} or more users (counted per "
+    "run) the resamples are clusters: a group of repeated runs draws its runs with "
+    "replacement, then within each drawn run its users with replacement, each with all "
+    "its requests (per run, then user); a group of one run draws its users (per user); "
+    "with fewer users, requests (per request). The hit rate is a ratio of sums, "
+    "bootstrapped the same way. One run's interval cannot see run-to-run noise, so it is "
+    "optimistic: prefer repeated runs, judged over runs with Welch's t-test (95%) first, "
+    "as are run-level figures and ITL p95 over every gap (one figure per run; a group's "
+    "cell pools its runs' gaps). A difference is 'significant' when its interval excludes "
+    "zero."
 )
 """How the headline table's intervals and judgements are worked out, printed under it."""
 
@@ -158,13 +161,14 @@ def _pooled(g: Group, key: str) -> list[float]:
 
 def _pooled_users(g: Group, key: str) -> list[tuple[int, Any]]:
     """Each ``_pooled`` value's (run, user): the units its interval resamples (one user's
-    requests share a conversation and a cache; a user of another run is another unit)."""
+    requests share a conversation and a cache; a group's runs are drawn first, then users
+    within them, since users of one run share the server)."""
     return [(i, u) for i, r in enumerate(g.runs) for u in figures.generated_users(r.main, key)]
 
 
 def _per_request_row(groups: list[Group], key: str, label: str, unit: str) -> list[str]:
-    """One per-request figure: bootstrap over the pooled requests, and Welch over the
-    runs' means when both groups are repeated runs."""
+    """One per-request figure: bootstrap over the pooled requests (per run, then user for
+    repeated runs), and Welch over the runs' means when both groups are repeated runs."""
     base = groups[0]
     row = [f"{label} ({unit})"]
     for g in groups:
@@ -184,7 +188,7 @@ def _per_request_row(groups: list[Group], key: str, label: str, unit: str) -> li
                 [m for r in base.runs if (m := describe(values(r.main, key)).mean) is not None],
                 [m for r in g.runs if (m := describe(values(r.main, key)).mean) is not None],
             )
-            judge = f"over runs (Welch): {_judge(w)}; per user: {judge}"
+            judge = f"over runs (Welch): {_judge(w)}; {dd.unit}: {judge}"
         row += [_diff_cell(dd), judge]
     return row
 
@@ -253,7 +257,8 @@ def _notes(groups: list[Group], group_note: str, changed: list[tuple[str, list[s
 
 
 def _verdicts(groups: list[Group], analyses: list[Analysis]) -> Table:
-    """Each run's verdict, SLO grades and capacity answer, as its own report gives them."""
+    """Each run's verdict, SLO and SLO tier grades and capacity answer, as its own report
+    gives them."""
     label_of = {id(r): g.label for g in groups for r in g.runs}
     return Table(
         "Verdicts and capacity, run by run",
@@ -262,6 +267,7 @@ def _verdicts(groups: list[Group], analyses: list[Analysis]) -> Table:
             "group",
             "verdict",
             "SLO",
+            "SLO tiers",
             "within SLO up to",
             "goodput",
             "goodput (TTFT + ITL)",
@@ -274,6 +280,7 @@ def _verdicts(groups: list[Group], analyses: list[Analysis]) -> Table:
                 label_of[id(a.run)],
                 a.verdict.status,
                 slo_cell(a.verdict.slo),
+                tier_cell(a.verdict.tiers),
                 within_cell(a.capacity),
                 pct(a.capacity.goodput),
                 pct(a.tokens.goodput),
@@ -283,8 +290,10 @@ def _verdicts(groups: list[Group], analyses: list[Analysis]) -> Table:
             for a in analyses
         ],
         note="The verdict and capacity answer of each run's own report (stress ls shows the "
-        "same). goodput: TTFT and decode speed within the SLO; goodput (TTFT + ITL): TTFT and "
-        "the request's ITL p95 within it (slo.itl_p95 set, the run has tokens.bin).",
+        "same). SLO tiers: each slo.tiers entry by its worst check (shown, never grading "
+        "the verdict). goodput: TTFT and decode speed within the SLO; goodput (TTFT + "
+        "ITL): TTFT and the request's ITL p95 within it (slo.itl_p95 set, the run has "
+        "tokens.bin).",
         id="verdicts",
     )
 

@@ -134,3 +134,98 @@ def test_the_t_table_holds_every_confidence_a_search_may_ask_for() -> None:
         assert values == sorted(values, reverse=True)  # narrower with more passes
         assert values[-1] == pytest.approx(T_TABLE[c][0], abs=0.01)
     assert t_critical(3, 0.9) == pytest.approx(2.353) and t_critical(5, 0.99) == 4.032
+
+
+def _runs_of_users(
+    levels: list[float], seed: int, users: int = 8, per_user: int = 20
+) -> tuple[list[float], list[tuple[int, int]]]:
+    """Requests of one run per level: each user's TTFTs sit tight around the run's level
+    (users of one run share the server), and the levels differ between runs."""
+    rng = np.random.default_rng(seed)
+    values: list[float] = []
+    keys: list[tuple[int, int]] = []
+    for run, level in enumerate(levels):
+        for user in range(users):
+            own = level + rng.normal(0, 0.02)
+            values += [float(v) for v in own + rng.normal(0, 0.02, per_user)]
+            keys += [(run, user)] * per_user
+    return values, keys
+
+
+def test_repeated_runs_are_resampled_as_runs_then_users() -> None:
+    """Two groups of three runs whose run levels spread by 1.2 s while users within a run
+    agree to 0.02 s: 24 (run, user) clusters a side resampled as independent users call
+    the 0.5 s shift significant, yet three runs a side cannot tell it from the run-to-run
+    noise; drawing runs, then users within them, says so (issue 35)."""
+    xa, ka = _runs_of_users([1.4, 2.0, 2.6], seed=5)
+    xb, kb = _runs_of_users([1.9, 2.5, 3.1], seed=6)
+    nested = bootstrap_mean_diff(xa, xb, clusters_a=ka, clusters_b=kb)
+    # the same clusters, with keys that name no run: today's user-level resampling
+    flat = bootstrap_mean_diff(
+        xa, xb, clusters_a=[f"{r}/{u}" for r, u in ka], clusters_b=[f"{r}/{u}" for r, u in kb]
+    )
+    assert nested.method.endswith("per run, then user") and nested.unit == "per run, then user"
+    assert flat.method.endswith("per user") and flat.unit == "per user"
+    assert nested.diff == flat.diff == pytest.approx(0.5, abs=0.05)
+    assert nested.low is not None and nested.high is not None
+    assert flat.low is not None and flat.high is not None
+    assert nested.high - nested.low > 2.5 * (flat.high - flat.low)
+    assert flat.significant is True and flat.low > 0
+    assert nested.significant is False and nested.low < 0 < nested.high
+    assert bootstrap_mean_diff(xa, xb, clusters_a=ka, clusters_b=kb) == nested  # fixed seed
+    ones_a, ones_b = [1.0] * len(xa), [1.0] * len(xb)
+    ratio = bootstrap_ratio_diff(xa, ones_a, xb, ones_b, clusters_a=ka, clusters_b=kb)
+    assert ratio.method.endswith("per run, then user")
+    assert ratio.low == pytest.approx(nested.low) and ratio.high == pytest.approx(nested.high)
+
+
+def test_a_side_of_one_run_resamples_its_users_as_before() -> None:
+    """(run, user) keys of a single run draw users exactly as before runs were drawn (the
+    interval below is the one the user-level bootstrap gave); a side of three runs against
+    a side of one says which side was drawn how."""
+    import random
+
+    rng = random.Random(3)
+    a = [(u, 1.0 + 0.5 * rng.random() * u + rng.uniform(-0.02, 0.02)) for u in range(8)]
+    b = [(u, 1.3 + 0.5 * rng.random() * u + rng.uniform(-0.02, 0.02)) for u in range(8)]
+    xa = [v for _, v in a for _ in range(30)]
+    xb = [v for _, v in b for _ in range(30)]
+    ka = [(0, u) for u, _ in a for _ in range(30)]
+    kb = [(1, u) for u, _ in b for _ in range(30)]
+    one_run = bootstrap_mean_diff(xa, xb, clusters_a=ka, clusters_b=kb)
+    assert one_run.method.endswith("per user")
+    assert one_run == bootstrap_mean_diff(
+        xa, xb, clusters_a=[u for _, u in ka], clusters_b=[u for _, u in kb]
+    )
+    assert one_run.low == pytest.approx(-0.5259846716015455, abs=1e-12)
+    assert one_run.high == pytest.approx(1.377703710817374, abs=1e-12)
+    x3, k3 = _runs_of_users([1.4, 2.0, 2.6], seed=5)
+    mixed = bootstrap_mean_diff(x3, xb, clusters_a=k3, clusters_b=kb)
+    assert mixed.method.endswith("per run, then user (per user on the side of one run)")
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_the_nested_draw_takes_each_drawn_run_with_its_own_users(
+    chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run 0 holds one user with two requests at 0, run 1 four users with one request at
+    1: a resample draws two runs, so its mean is 0 (run 0 twice), 1 (run 1 twice) or 2/3
+    (one each: 2 + 4 requests), with chances 1/4, 1/4, 1/2. A user's requests go
+    together, and a run of fewer users than the widest draws only its own, also when the
+    resamples come in chunks (bounded memory)."""
+    from stress.analysis import stats
+
+    if chunk is not None:
+        monkeypatch.setattr(stats, "_chunk", lambda width: chunk)
+    sums = stats.cluster_sums(
+        np.array([0.0, 1.0, 1.0, 1.0, 0.0, 1.0]),
+        np.ones(6),
+        [(0, "a"), (1, "b"), (1, "c"), (1, "d"), (0, "a"), (1, "e")],
+    )
+    assert sums is not None and sums.run_sizes is not None
+    assert sums.run_sizes.tolist() == [1, 4]
+    means = stats._side_ratios(sums, np.random.default_rng(stats.BOOTSTRAP_SEED))
+    assert means.size == stats.BOOTSTRAP_RESAMPLES
+    assert set(np.round(means, 9).tolist()) == {0.0, round(2 / 3, 9), 1.0}
+    assert np.mean(means == 0.0) == pytest.approx(0.25, abs=0.04)
+    assert np.mean(np.isclose(means, 2 / 3)) == pytest.approx(0.5, abs=0.04)

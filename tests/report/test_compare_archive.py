@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ def _run(
     cached: float,
     start: float = 1_796_000_000.0,
     sim_kv: int | None = None,
+    tiers: dict[str, dict[str, float]] | None = None,
 ) -> Path:
     reqs = [
         request(
@@ -46,6 +48,8 @@ def _run(
     )
     man["run_id"] = name
     man["collectors"]["server"]["hit_rate_run"] = cached
+    if tiers:
+        man["scenario"]["slo"]["tiers"] = tiers
     return write_run(root, man, reqs)
 
 
@@ -100,8 +104,30 @@ def test_repeated_runs_are_pooled_and_judged_over_runs(tmp_path: Path) -> None:
     assert [len(g.runs) for g in c.groups] == [3, 3]
     assert "A = 3 runs" in c.notes[0]
     assert "over runs (Welch): significant" in _row(c.figures.rows, "TTFT")[-1]
+    # 12 (run, user) clusters a side: runs drawn first, then users within them
+    assert "; per run, then user: " in _row(c.figures.rows, "TTFT")[-1]
+    assert "runs with replacement, then within each drawn run its users" in c.method
     assert _row(c.figures.rows, "server hit rate")[-1] == "significant"
     assert "(runs=3)" in _row(c.figures.rows, "server hit rate")[1]
+
+
+def test_verdicts_show_each_runs_slo_tiers(tmp_path: Path) -> None:
+    """The run-by-run verdicts grade each ``slo.tiers`` entry as ``stress ls`` does; a run
+    without tiers shows "-". The method paragraph says how repeated runs are resampled."""
+    tiers = {"interactive": {"ttft_p95": 2.0}, "batch": {"ttft_p95": 30.0}}
+    slow = _run(tmp_path, "slow", _ttfts(1, 3.0), pool=100_000, cached=0.2, tiers=tiers)
+    fast = _run(tmp_path, "fast", _ttfts(2, 1.0), pool=400_000, cached=0.8, tiers=tiers)
+    plain = _run(tmp_path, "plain", _ttfts(3, 1.0), pool=200_000, cached=0.5)
+    c = compare([slow, fast, plain])
+    col = c.verdicts.columns.index("SLO tiers")
+    cells = {r[0]: r[col] for r in c.verdicts.rows}
+    assert re.fullmatch(r"interactive MISSED x1\.\d\d, batch MET", cells["slow"]), cells
+    assert cells["fast"] == "interactive MET, batch MET"
+    assert cells["plain"] == "-"
+    md = render_compare_md(c)
+    assert "| SLO tiers |" in md and "interactive MISSED x1." in md
+    assert "per run, then user" in c.method and "(per user)" in c.method
+    assert "One run's interval cannot see run-to-run noise" in md
 
 
 def test_flag_without_effect_is_called_out(tmp_path: Path) -> None:

@@ -102,6 +102,10 @@ def test_compare_pool_sizes_is_significant(sim_runs: dict[str, Path]) -> None:
     c = compare([sim_runs["small"], sim_runs["big"]])
     assert _verdict(c.figures.rows, "prefix-cache hit") == "significant"
     assert "sim.kv_tokens" in {r[0] for r in c.fingerprints.rows}
+    # the scenarios set no slo.tiers: the column is there, each run's cell "-"
+    col = c.verdicts.columns.index("SLO tiers")
+    assert [r[col] for r in c.verdicts.rows] == ["-", "-"]
+    assert "per run, then user" in c.method  # the printed paragraph names the nested draw
 
 
 @pytest.mark.slow
