@@ -121,10 +121,24 @@ def ttft_miss(run: RunData) -> Miss | None:
     return Miss(float(limit), over, _median([float(r.get("ttft_s") or 0.0) for r in over]))
 
 
+DECODE_ONLY = frozenset({"prefill_interference"})
+"""Causes that slow decoding and add nothing to TTFT: their weight is the decode lost, so
+against a TTFT miss with the decode SLO met (or unset) they explain none of it."""
+
+
+def decode_miss(run: RunData) -> bool:
+    """Whether the run missed its decode floor (``slo.decode_tok_s_p50``, on decode p50)."""
+    floor = run.manifest.slo.get("decode_tok_s_p50")
+    if not isinstance(floor, int | float) or floor <= 0:
+        return False
+    p50 = figures.decode_p50(run.requests)
+    return p50 is not None and p50 < floor
+
+
 def name_causes(run: RunData) -> list[Cause]:
     """The causes the run's data shows, the dominant limit first; empty when none. With a
-    TTFT miss, the causes that explain under ``MIN_EXPLAINED`` of it follow the others,
-    marked minor."""
+    TTFT miss, the causes that explain under ``MIN_EXPLAINED`` of it, and the decode-only
+    ones while decode met its floor, follow the others, marked minor."""
     miss = ttft_miss(run)
     found = [
         c
@@ -139,7 +153,13 @@ def name_causes(run: RunData) -> list[Cause]:
         if c is not None
     ]
     if miss is not None:
-        found = [replace(c, minor=c.weight < MIN_EXPLAINED) for c in found]
+        decode_missed = decode_miss(run)
+        found = [
+            replace(
+                c, minor=c.weight < MIN_EXPLAINED or (c.code in DECODE_ONLY and not decode_missed)
+            )
+            for c in found
+        ]
     found.sort(key=lambda c: (c.minor, -c.weight))
     gaps = telemetry_gaps(run)
     return found + ([gaps] if gaps is not None else [])

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stress.analysis.capacity import capacity_answer
 from stress.analysis.causes import MIN_EXPLAINED, name_causes
 from stress.analysis.rundata import RunData, load_run
@@ -174,3 +176,22 @@ def test_a_full_running_batch_is_named_from_the_servers_waiting_gauge(tmp_path: 
         s["waiting"] = 0.0
     quiet = load_run(write_run(tmp_path / "b", man, reqs, server=server))
     assert name_causes(quiet) == []
+
+
+@pytest.mark.parametrize(("decode_floor", "leads"), [(None, False), (15.0, True)])
+def test_decode_interference_never_leads_a_ttft_only_miss(
+    tmp_path: Path, decode_floor: float | None, leads: bool
+) -> None:
+    """Others' prefill slowed the chat user's decode by 75 %, the paster's TTFT missed on
+    its own prefill: against that TTFT miss with decode met (or no floor) the interference
+    explains none of it and follows as minor; with decode missed too it is a limit."""
+    from tests.analysis.test_causes import interference, llamacpp_probe
+
+    man = manifest(users=2, slo={"ttft_p95": 5.0, "decode_tok_s_p50": decode_floor})
+    man["probe"] = llamacpp_probe(4)
+    causes = name_causes(load_run(write_run(tmp_path, man, interference(5.0))))
+    [hit] = [c for c in causes if c.code == "prefill_interference"]
+    assert hit.weight == pytest.approx(0.75)
+    assert hit.minor is not leads
+    assert causes[0].code != "prefill_interference"  # prefill itself explains the miss
+    assert causes[0].code == "prefill" and not causes[0].minor
