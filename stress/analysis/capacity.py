@@ -34,7 +34,7 @@ import numpy as np
 
 from stress.analysis import figures
 from stress.analysis.arrivals import open_load
-from stress.analysis.causes import Cause, conv_len, name_causes, working_set
+from stress.analysis.causes import Cause, conv_len, name_causes, run_working_set
 from stress.analysis.figures import Record
 from stress.analysis.judge import SloCheck, slo_checks
 from stress.analysis.rundata import RunData, end_time
@@ -295,7 +295,7 @@ def retention_buckets(
     of the KV pool when the pool is known, else by round token steps. Also the working set
     at which retention first fell below ``RETENTION_FLOOR`` (None: it never did) and the
     peak working set."""
-    times, sums = working_set(run.requests)
+    times, sums = run_working_set(run)
     peak = float(sums.max()) if sums.size else 0.0
     follow = [r for r in figures.main_requests(run.requests) if figures.counts_for_retention(r)]
     if not follow or peak <= 0:

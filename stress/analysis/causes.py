@@ -173,18 +173,23 @@ def conv_len(r: Mapping[str, Any]) -> float:
     return float(r.get("conversation_tokens") or r.get("prompt_tokens") or 0)
 
 
-def working_set(records: list[Record]) -> tuple[FloatArray, FloatArray]:
+def working_set(
+    records: list[Record], finished_stay: bool = True
+) -> tuple[FloatArray, FloatArray]:
     """Step function (times, tokens): sum over users of their live conversation length.
 
     A user's conversation is its prompt while a request runs, plus the reply once it ends;
-    a new conversation (past the ceiling) replaces the old one.
+    a new conversation (past the ceiling) replaces the old one. With ``finished_stay``
+    false (single turns that never come back), a request is live only while it runs.
     """
     changes: list[tuple[float, int, float]] = []
     for r in records:
         user = int(r.get("user") or 0)
         size = conv_len(r)
         changes.append((float(r.get("t_start") or 0.0), user, size))
-        if r.get("outcome") != "error":
+        if not finished_stay:
+            changes.append((end_time(r), user, 0.0))
+        elif r.get("outcome") != "error":
             changes.append((end_time(r), user, size + float(r.get("completion_tokens") or 0)))
     changes.sort(key=lambda c: c[0])
     live: dict[int, float] = {}
@@ -196,6 +201,14 @@ def working_set(records: list[Record]) -> tuple[FloatArray, FloatArray]:
         live[user] = size
         times[i], sums[i] = t, total
     return times, sums
+
+
+def run_working_set(run: RunData) -> tuple[FloatArray, FloatArray]:
+    """The run's working set (``working_set``), the one every output reads: a replay's
+    requests are single turns of a trace (request i is user i) that never come back, so
+    each holds its conversation only while it runs; summed for good, a replay of 1,000
+    requests would read as 1,000 conversations held at once."""
+    return working_set(run.requests, finished_stay=not run.scenario.get("replay"))
 
 
 # --- cache: KV pool and llama.cpp slots ---------------------------------------------
@@ -239,7 +252,7 @@ def kv_pool(run: RunData, miss: Miss | None = None) -> Cause | None:
     everything past it). With a TTFT miss, its weight is the share of the requests over
     the limit that were sent at that pressure and prefilled their lost prefix again."""
     pool = shared_pool_tokens(run)
-    times, sums = working_set(run.requests)
+    times, sums = run_working_set(run)
     if not pool or not sums.size or float(sums.max()) < POOL_PRESSURE * pool:
         return None
     peak = float(sums.max())

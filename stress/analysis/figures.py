@@ -687,8 +687,9 @@ FIGURES: tuple[FigureDef, ...] = (
         "working set",
         "every user, at a moment",
         "sum of the users' live conversation lengths (prompt while a request runs, prompt "
-        "+ reply after)",
-        "stress.analysis.causes:working_set",
+        "+ reply after; a replay's requests, single turns that never come back, only while "
+        "they run)",
+        "stress.analysis.causes:run_working_set",
     ),
     defined(kv_pool_tokens),
     _elsewhere(

@@ -16,7 +16,7 @@ import numpy as np
 
 from stress.analysis import figures
 from stress.analysis.capacity import Limits, pool_tokens
-from stress.analysis.causes import working_set
+from stress.analysis.causes import run_working_set
 from stress.analysis.rundata import Record, RunData
 from stress.report.model import Chart
 from stress.report.series import (
@@ -110,7 +110,7 @@ def ttft_over_time(run: RunData, slo: Limits) -> Chart | None:
 
 def cache_and_kv(run: RunData) -> Chart | None:
     ss = server_series(run)
-    times, ws = working_set(run.requests)
+    times, ws = run_working_set(run)
     if ss is None and times.size == 0:
         return None
     pool = pool_tokens(run)

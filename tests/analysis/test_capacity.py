@@ -131,3 +131,20 @@ def test_report_section_leads_with_the_sentence(tmp_path: Path) -> None:
     assert [t.id for t in section.tables] == ["by-concurrency", "by-length", "retention-ws"]
     text = " ".join(section.paragraphs)
     assert "Peak working set" in text and "First turns of conversations" in text
+
+
+def test_a_replays_finished_requests_leave_the_working_set(tmp_path: Path) -> None:
+    """Request i of a trace is user i and never comes back: 40 requests one after another
+    hold one conversation at a time, not 40 (they were summed for good)."""
+    from stress.analysis.causes import run_working_set
+
+    man = manifest(users=40)
+    man["scenario"]["replay"] = {"trace": "t.jsonl"}
+    reqs = [request(i, 1, i * 10.0, conv=2000, completion=50, e2e=5.0) for i in range(40)]
+    run = load_run(write_run(tmp_path, man, reqs))
+    _times, sums = run_working_set(run)
+    assert sums.max() == 2000.0 and sums[-1] == 0.0
+    assert capacity_answer(run).peak_working_set == 2000.0
+    del man["scenario"]["replay"]  # the same records as users' conversations: they stay
+    chat = load_run(write_run(tmp_path / "chat", man, reqs))
+    assert run_working_set(chat)[1].max() == 40 * 2050.0
