@@ -355,16 +355,74 @@ def percentile_interval(
     return float(low), float(high)
 
 
+@dataclass(frozen=True, slots=True)
+class _Ranked:
+    """Every value of the clusters, sorted, with its cluster, and per block of ``block``
+    sorted values how many of each cluster come before it (``before``: blocks + 1 rows):
+    a resample's weighted rank is then one matrix product and a search in one block,
+    never a pass over every value per resample."""
+
+    values: FloatArray
+    cluster: IntArray
+    block: int
+    before: FloatArray
+
+    @classmethod
+    def of(cls, groups: list[FloatArray]) -> _Ranked:
+        values = np.concatenate(groups)
+        cluster = np.repeat(np.arange(len(groups)), [g.size for g in groups])
+        order = np.argsort(values, kind="stable")
+        values, cluster = values[order], cluster[order]
+        c, n = len(groups), values.size
+        # blocks of 64 values, wider where that table would pass ~1M cells (memory bound)
+        block = max(64, -(-n * c // RANK_TABLE_CELLS))
+        nb = -(-n // block)
+        m = np.bincount((np.arange(n) // block) * c + cluster, minlength=nb * c)
+        before = np.vstack([np.zeros((1, c)), np.cumsum(m.reshape(nb, c), axis=0)])
+        return cls(values, cluster, block, before.astype(np.float64))
+
+    def at(self, weights: FloatArray, ranks: FloatArray) -> FloatArray:
+        """Per resample (a row of ``weights``: draws per cluster), the value at its
+        0-based rank in the sorted multiset those draws make."""
+        counts = weights @ self.before.T  # values drawn before each block
+        b = (counts <= ranks[:, None]).sum(axis=1) - 1
+        n = self.values.size
+        idx = b[:, None] * self.block + np.arange(self.block)
+        inside = idx < n
+        idx = np.minimum(idx, n - 1)
+        w = np.where(inside, np.take_along_axis(weights, self.cluster[idx], axis=1), 0.0)
+        cum = counts[np.arange(b.size), b][:, None] + np.cumsum(w, axis=1)
+        pos = (cum <= ranks[:, None]).sum(axis=1)
+        return np.asarray(self.values[np.minimum(b * self.block + pos, n - 1)], dtype=np.float64)
+
+
+RANK_TABLE_CELLS = 1_000_000
+"""Bound on ``_Ranked.before`` (blocks x clusters) and on one chunk of resamples' work."""
+
+
 def _cluster_interval(groups: list[FloatArray], q: float) -> tuple[float, float]:
     """The percentile bootstrap over clusters: each resample draws as many clusters as
-    there are, with replacement, and takes the q-th percentile of all their values."""
+    there are, with replacement, and takes the q-th percentile (linear, as
+    ``np.percentile``) of all their values: the multiset is weighted by the draws, so the
+    interval equals concatenating the drawn clusters and taking their percentile."""
     total = sum(g.size for g in groups)
     n_boot = int(max(200, min(1000, PERCENTILE_BOOT_ELEMENTS // max(total, 1))))
     rng = np.random.default_rng(BOOTSTRAP_SEED)
+    ranked = _Ranked.of(groups)
+    c = len(groups)
+    sizes = np.array([g.size for g in groups], dtype=np.float64)
     out = np.empty(n_boot)
-    for b in range(n_boot):
-        picked = rng.integers(0, len(groups), size=len(groups))
-        out[b] = np.percentile(np.concatenate([groups[i] for i in picked]), q)
+    chunk = max(1, min(n_boot, RANK_TABLE_CELLS // max(c, ranked.before.shape[0], ranked.block)))
+    for start in range(0, n_boot, chunk):
+        k = min(chunk, n_boot - start)
+        picks = rng.integers(0, c, size=(k, c))  # the same draws, in order, as one by one
+        flat = (picks + (np.arange(k) * c)[:, None]).ravel()
+        weights = np.bincount(flat, minlength=k * c).reshape(k, c).astype(np.float64)
+        h = (weights @ sizes - 1) * (q / 100.0)
+        lo = np.floor(h)
+        low_v = ranked.at(weights, lo)
+        high_v = ranked.at(weights, np.minimum(lo + 1, weights @ sizes - 1))
+        out[start : start + k] = low_v + (high_v - low_v) * (h - lo)
     alpha = (1.0 - CONFIDENCE) / 2.0
     low, high = np.quantile(out, [alpha, 1.0 - alpha])
     return float(low), float(high)

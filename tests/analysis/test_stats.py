@@ -229,3 +229,31 @@ def test_the_nested_draw_takes_each_drawn_run_with_its_own_users(
     assert set(np.round(means, 9).tolist()) == {0.0, round(2 / 3, 9), 1.0}
     assert np.mean(means == 0.0) == pytest.approx(0.25, abs=0.04)
     assert np.mean(np.isclose(means, 2 / 3)) == pytest.approx(0.5, abs=0.04)
+
+
+@pytest.mark.parametrize(
+    ("clusters", "per", "q"), [(5, 1, 50), (8, 5, 95), (64, 40, 99), (300, 700, 95), (2000, 10, 0)]
+)
+def test_the_cluster_percentile_interval_is_the_drawn_clusters_percentile(
+    clusters: int, per: int, q: float
+) -> None:
+    """The weighted-rank search gives exactly what concatenating each resample's drawn
+    clusters and taking ``np.percentile`` gives (the definition), draw for draw."""
+    from stress.analysis.stats import BOOTSTRAP_SEED, CONFIDENCE, _cluster_interval
+
+    rng = np.random.default_rng(clusters)
+    groups = [
+        rng.gamma(2.0, 1.0 + i % 3, size=int(rng.integers(1, 2 * per + 1))) for i in range(clusters)
+    ]
+    total = sum(g.size for g in groups)
+    n_boot = int(max(200, min(1000, 8_000_000 // total)))
+    draws = np.random.default_rng(BOOTSTRAP_SEED)
+    plain = [
+        np.percentile(
+            np.concatenate([groups[i] for i in draws.integers(0, clusters, size=clusters)]), q
+        )
+        for _ in range(n_boot)
+    ]
+    alpha = (1.0 - CONFIDENCE) / 2.0
+    want = tuple(float(v) for v in np.quantile(plain, [alpha, 1.0 - alpha]))
+    assert _cluster_interval(groups, q) == want
