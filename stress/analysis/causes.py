@@ -173,9 +173,7 @@ def conv_len(r: Mapping[str, Any]) -> float:
     return float(r.get("conversation_tokens") or r.get("prompt_tokens") or 0)
 
 
-def working_set(
-    records: list[Record], finished_stay: bool = True
-) -> tuple[FloatArray, FloatArray]:
+def working_set(records: list[Record], finished_stay: bool = True) -> tuple[FloatArray, FloatArray]:
     """Step function (times, tokens): sum over users of their live conversation length.
 
     A user's conversation is its prompt while a request runs, plus the reply once it ends;

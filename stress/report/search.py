@@ -55,16 +55,35 @@ def settle(doc: dict[str, Any], state: str, why: str = "") -> dict[str, Any]:
         tier["answer_line"] = f"SLO tier {name} ({tier.get('criterion')}): {tier['answer']}"
     head = f"capacity at SLO ({doc.get('criterion')}): "
     if doc.get("axis") == "grid":
-        parts = []
-        for row in doc.get("rows") or []:
-            if row.get("stop") is None:
-                row["answer"] = f"no answer ({judged(doc, row.get('bracket'))})"
-            parts.append(f"{tokens(row.get('length') or 0)} tokens: {row['answer']}")
-        head = f"capacity map at SLO ({doc.get('criterion')}), {ended}, by tokens of history: "
-        doc["answer_line"] = head + "; ".join(parts)
+        _settle_rows(doc, ended)
     else:
         doc["answer_line"] = head + doc["answer"]
     return doc
+
+
+def _settle_rows(doc: dict[str, Any], ended: str) -> None:
+    """A grid that did not finish: each row whose search (or SLO tier's) did not stop
+    loses its answer, and the answer lines, the SLO's and each tier's, say how it ended
+    over the rows' answers (the rows that finished keep theirs)."""
+    parts: list[str] = []
+    by_tier: dict[str, list[str]] = {name: [] for name in doc.get("tiers") or {}}
+    for row in doc.get("rows") or []:
+        at = f"{tokens(row.get('length') or 0)} tokens"
+        if row.get("stop") is None:
+            row["answer"] = f"no answer ({judged(doc, row.get('bracket'))})"
+        parts.append(f"{at}: {row['answer']}")
+        for name, tier in (row.get("tiers") or {}).items():
+            if tier.get("stop") is None:
+                tier["answer"] = f"no answer ({judged(doc, tier.get('bracket'))})"
+                tier["answer_line"] = (
+                    f"{at} of history: SLO tier {name} ({tier.get('criterion')}): {tier['answer']}"
+                )
+            by_tier.setdefault(name, []).append(f"{at}: {tier['answer']}")
+    head = f"capacity map at SLO ({doc.get('criterion')}), {ended}, by tokens of history: "
+    doc["answer_line"] = head + "; ".join(parts)
+    for name, tier in (doc.get("tiers") or {}).items():
+        head = f"capacity map at SLO tier {name} ({tier.get('criterion')}), {ended}, by tokens "
+        tier["answer_line"] = head + "of history: " + "; ".join(by_tier[name])
 
 
 def judged(doc: dict[str, Any], bracket: Any) -> str:
@@ -142,28 +161,43 @@ def steps_table(doc: dict[str, Any]) -> Table:
 
 
 def map_table(doc: dict[str, Any]) -> Table | None:
+    """The capacity map: a row per history length, a cell per user count tried, then the
+    row's capacity at the SLO and at each SLO tier (a column a tier)."""
     grid = doc.get("map")
     if not grid:
         return None
-    answers = [str(r.get("answer")) for r in doc.get("rows") or []]
+    names = list(doc.get("tiers") or {})
+    answers = []
+    for r in doc.get("rows") or []:
+        tiers = r.get("tiers") or {}
+        answers.append([str(r.get("answer"))] + [tier_cell(tiers.get(n)) for n in names])
     columns = ["history", *[f"{u} users" for u in grid["users"]], "capacity"]
+    columns += [f"tier {n}" for n in names]
     rows = []
     for length, cells, answer in zip(grid["lengths"], grid["cells"], answers, strict=False):
-        rows.append([f"{tokens(length or 0)} tokens", *[c or "." for c in cells], answer])
+        rows.append([f"{tokens(length or 0)} tokens", *[c or "." for c in cells], *answer])
     note = "Each cell: the step's status and the worst pass's SLO factor (above x1: missed)."
+    if names:
+        note += " The tier columns: each SLO tier's capacity at that history, from the same passes."
     return Table("Capacity map: users x tokens of history", columns, rows, note, id="map")
+
+
+def tier_cell(tier: dict[str, Any] | None) -> str:
+    """A tier's map cell: its answer at the row, or '.' for a row its search never reached."""
+    return str(tier.get("answer")) if tier else "."
 
 
 def _map_html(t: Table) -> str:
     parts = [f'<h2 id="map">{escape(t.title)}</h2><table class="data map"><thead><tr>']
     parts += [f"<th>{escape(c)}</th>" for c in t.columns]
     parts.append("</tr></thead><tbody>")
+    answers = t.columns.index("capacity")  # the map's cells lie between history and it
     for row in t.rows:
         cells = [f"<td>{escape(row[0])}</td>"]
-        for c in row[1:-1]:
+        for c in row[1:answers]:
             cls = "empty" if c == "." else c.split()[0]
             cells.append(f'<td class="{escape(cls)}">{escape(c)}</td>')
-        cells.append(f"<td>{escape(row[-1])}</td>")
+        cells += [f"<td>{escape(c)}</td>" for c in row[answers:]]
         parts.append("<tr>" + "".join(cells) + "</tr>")
     parts.append(f"</tbody></table><p class=note>{escape(t.note)}</p>")
     return "".join(parts)
@@ -175,7 +209,11 @@ def facts(doc: dict[str, Any]) -> list[str]:
         out.append(f"Not finished: {doc.get('state_text')}; the steps below are all it ran.")
     out.append(f"Criterion: the scenario's SLO, {doc.get('criterion')}.")
     for name, tier in (doc.get("tiers") or {}).items():  # from the same passes
-        out.append(f"SLO tier {name} ({tier.get('criterion')}): {tier.get('answer')}.")
+        head = f"SLO tier {name} ({tier.get('criterion')})"
+        if doc.get("axis") == "grid":  # every row's answer for the tier
+            out.append(f"{head}, by tokens of history: {_tier_rows(doc, name)}.")
+        else:
+            out.append(f"{head}: {tier.get('answer')}.")
     if doc.get("stop_text"):
         out.append(f"Stopped: {doc['stop_text']}.")
     if isinstance(b := doc.get("boundary"), dict) and b.get("text"):
@@ -195,6 +233,15 @@ def facts(doc: dict[str, Any]) -> list[str]:
     shown = ", ".join(f"{k} {v}" for k, v in settings.items() if v is not None)
     out.append(f"Search settings: {shown}.")
     return out
+
+
+def _tier_rows(doc: dict[str, Any], name: str) -> str:
+    """A grid's answers for SLO tier ``name``: '2,000 tokens: 9 users [9-10]; 8,000 ...'."""
+    parts = []
+    for row in doc.get("rows") or []:
+        if tier := (row.get("tiers") or {}).get(name):
+            parts.append(f"{tokens(row.get('length') or 0)} tokens: {tier.get('answer')}")
+    return "; ".join(parts)
 
 
 def render_search_md(doc: dict[str, Any]) -> str:

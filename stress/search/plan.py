@@ -158,9 +158,9 @@ def estimate(
 
     steps = int(most_cost(first, lambda v: 1.0, uniform=True))
     total = most_cost(first, cost, uniform=length_axis)
-    # a grid's later rows, or each SLO tier's search (which goes on from wherever the
-    # main search's steps leave it), bound like a row started anywhere
-    more = len(rows) - 1 if len(rows) > 1 else len(sc.slo.tiers)
+    # a grid's later rows, and each row's SLO tier searches (each goes on from wherever
+    # its row's steps leave it), bound like a row started anywhere
+    more = len(rows) - 1 + len(rows) * len(sc.slo.tiers)
     if more:
         more_steps, more_cost = later_rows(spec, cost)
         steps += more * more_steps

@@ -172,13 +172,19 @@ def read_tier(tier: Step, s: dict[str, Any], name: str, health: str, main: Step)
     return "FAILED" if health == "FAILED" else judged
 
 
-def tier_searches(loaded: LoadedScenario, settings: SearchSpec) -> dict[str, Search]:
+def tier_searches(
+    loaded: LoadedScenario, settings: SearchSpec, row: Search | None = None
+) -> dict[str, Search]:
     """One search per ``slo.tiers`` entry, with the main search's start, factor, maximum
-    and width (``make_search``); empty without tiers or on a grid (its rows answer the
-    main SLO only)."""
-    if settings.axis == "grid":
-        return {}
-    return {name: make_search(loaded, settings) for name in loaded.scenario.slo.tiers}
+    and width (``make_search``); empty without tiers. A grid's later row passes its own
+    search (``row``, started at the row before's answer): each tier starts where it does,
+    then goes on from wherever the row's steps leave it."""
+    if row is None:
+        return {name: make_search(loaded, settings) for name in loaded.scenario.slo.tiers}
+    return {
+        name: Search(row.start, row.factor, row.maximum, row.width)
+        for name in loaded.scenario.slo.tiers
+    }
 
 
 def tier_criterion(loaded: LoadedScenario, name: str) -> str:
@@ -213,7 +219,7 @@ class Row:
     length: int | None
     """Tokens of history each conversation opens with (None: the scenario's own)."""
     tiers: dict[str, Search] = field(default_factory=dict)
-    """Each SLO tier's search over the same passes (``slo.tiers``; none on a grid)."""
+    """Each SLO tier's search over the row's passes (``slo.tiers``)."""
 
 
 class Progress:
@@ -259,6 +265,25 @@ def answer_line(rows: list[Row], criterion: str, at: str = "") -> str:
     return f"capacity map at SLO ({criterion}), by tokens of history: " + "; ".join(parts)
 
 
+def tier_map_line(rows: list[Row], name: str, criterion: str) -> str:
+    """A grid's answer for SLO tier ``name``, as ``answer_line``'s for the SLO: 'capacity
+    map at SLO tier batch (TTFT p95 <= 30 s), by tokens of history: 2k tokens: 24 users
+    [24-25]; 8k: ...' (the rows whose search reached the tier)."""
+    parts = [
+        f"{tokens(r.length or 0)} tokens: {r.tiers[name].answer()}" for r in rows if name in r.tiers
+    ]
+    head = f"capacity map at SLO tier {name} ({criterion}), by tokens of history: "
+    return head + "; ".join(parts)
+
+
+def row_tier_answer(row: Row, name: str, criterion: str) -> str:
+    """A grid row's answer for SLO tier ``name``, with the row's history first, so the line
+    reads alone: '30k tokens of history: SLO tier batch (TTFT p95 <= 30 s): 24 users
+    [24-25] with conversations up to ...'."""
+    head = f"{tokens(row.length or 0)} tokens of history: SLO tier {name} ({criterion}): "
+    return row_answer(row.tiers[name], head)
+
+
 def row_answer(search: Search, head: str, at: str = "") -> str:
     # the undecided steps come last: the bracket's conversations and limit belong to it
     line = head + search.answer(note=False)
@@ -281,19 +306,27 @@ def cell_text(step: Step) -> str:
 
 def map_text(rows: list[Row], criterion: str) -> str:
     """The capacity map as a text table: a row per history length, a column per user
-    count tried, each cell MET / MISSED with the worst pass's SLO factor."""
+    count tried, each cell MET / MISSED with the worst pass's SLO factor, then the row's
+    capacity at the SLO and at each SLO tier (its own column, so each tier reads down)."""
     users = sorted({s.value for r in rows for s in r.search.steps})
-    head = ["history", *[str(u) for u in users], "capacity"]
+    names = list(rows[0].tiers)
+    head = ["history", *[str(u) for u in users], "capacity", *[f"tier {n}" for n in names]]
     body = []
     for r in rows:
         by = {s.value: cell_text(s) for s in r.search.steps}
+        tiers = [r.tiers[n].answer() if n in r.tiers else "." for n in names]
         body.append(
-            [f"{tokens(r.length or 0)} tokens", *[by.get(u, ".") for u in users], r.search.answer()]
+            [
+                f"{tokens(r.length or 0)} tokens",
+                *[by.get(u, ".") for u in users],
+                r.search.answer(),
+                *tiers,
+            ]
         )
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
     lines = [
         f"capacity map (users x tokens of history), SLO {criterion}; cells: the "
-        "worst pass's SLO factor"
+        "worst pass's SLO factor" + ("; tier columns: each SLO tier's capacity" if names else "")
     ]
     for line in [head, *body]:
         lines.append("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
@@ -320,14 +353,15 @@ def step_text(step: Step, reasons: bool = True) -> str:
     return f"{step.status} (SLO factor per pass: {spread}){why}"
 
 
-def _tier_doc(name: str, t: Search, criterion: str) -> dict[str, Any]:
-    """capacity.json's entry for one SLO tier: its own bracket and answer."""
+def _tier_doc(name: str, t: Search, criterion: str, line: str = "") -> dict[str, Any]:
+    """capacity.json's entry for one SLO tier: its own bracket and answer (``line``: the
+    answer line, when not ``tier_answer``'s)."""
     lo, hi = t.met, t.missed
     return {
         "criterion": criterion,
         "bracket": [lo.value if lo else None, hi.value if hi else None],
         "answer": t.answer(),
-        "answer_line": tier_answer(name, t, criterion),
+        "answer_line": line or tier_answer(name, t, criterion),
         "undecided": [st.value for st in t.undecided],
         "boundary": _boundary_doc(t),
         "stop": t.stop,
@@ -366,8 +400,9 @@ def document(
     tier_criteria: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """capacity.json: the settings, every step, the bracket(s) and the answer; a grid also
-    has ``rows`` (one search per history length) and ``map``; SLO tiers have ``tiers``
-    (each tier's criterion, bracket and answer, from ``tier_criteria``)."""
+    has ``rows`` (one search per history length, each with its own ``tiers``) and
+    ``map``; SLO tiers have ``tiers`` (each tier's criterion, bracket and answer, from
+    ``tier_criteria``)."""
     tier_criteria = tier_criteria or {}
     first = rows[0].search
     lo, hi = first.met, first.missed
@@ -393,31 +428,52 @@ def document(
         "stop_text": "; ".join(dict.fromkeys(stop_text(r.search) for r in rows if r.search.stop)),
     }
     if rows[0].tiers:
-        doc["tiers"] = {
-            name: _tier_doc(name, t, tier_criteria.get(name, ""))
-            for name, t in rows[0].tiers.items()
-        }
+        doc["tiers"] = _tiers_doc(rows, settings.axis == "grid", tier_criteria)
     if settings.axis == "grid":
-        doc["rows"] = [
-            {
-                "length": r.length,
-                "bracket": [
-                    r.search.met.value if r.search.met else None,
-                    r.search.missed.value if r.search.missed else None,
-                ],
-                "answer": r.search.answer(),
-                "stop": r.search.stop,
-                "steps": [asdict(s) for s in r.search.steps],
-            }
-            for r in rows
-        ]
-        users = sorted({s.value for s in steps})
-        doc["map"] = {
-            "users": users,
-            "lengths": [r.length for r in rows],
-            "cells": [
-                [next((cell_text(s) for s in r.search.steps if s.value == u), None) for u in users]
-                for r in rows
-            ],
-        }
+        doc |= _grid_doc(rows, tier_criteria)
     return doc
+
+
+def _tiers_doc(rows: list[Row], grid: bool, criteria: dict[str, str]) -> dict[str, Any]:
+    """capacity.json's ``tiers``: each SLO tier's search of the first row (a 1-D search's
+    only one), as ``bracket`` is the first row's; on a grid a tier's answer line holds
+    every row's answer (``tier_map_line``), as ``answer_line`` does for the SLO."""
+    out = {}
+    for name, t in rows[0].tiers.items():
+        crit = criteria.get(name, "")
+        out[name] = _tier_doc(name, t, crit, tier_map_line(rows, name, crit) if grid else "")
+    return out
+
+
+def _grid_doc(rows: list[Row], tier_criteria: dict[str, str]) -> dict[str, Any]:
+    """capacity.json's ``rows`` (each row's search, and its SLO tiers' as the 1-D
+    search's ``tiers``: a tier's capacity falls with the history as the SLO's does) and
+    ``map``."""
+    out: list[dict[str, Any]] = []
+    for r in rows:
+        entry: dict[str, Any] = {
+            "length": r.length,
+            "bracket": [
+                r.search.met.value if r.search.met else None,
+                r.search.missed.value if r.search.missed else None,
+            ],
+            "answer": r.search.answer(),
+            "stop": r.search.stop,
+            "steps": [asdict(s) for s in r.search.steps],
+        }
+        if r.tiers:
+            entry["tiers"] = {}
+            for name, t in r.tiers.items():
+                crit = tier_criteria.get(name, "")
+                entry["tiers"][name] = _tier_doc(name, t, crit, row_tier_answer(r, name, crit))
+        out.append(entry)
+    steps = [s for r in rows for s in r.search.steps]
+    users = sorted({s.value for s in steps})
+    cells = [
+        [next((cell_text(s) for s in r.search.steps if s.value == u), None) for u in users]
+        for r in rows
+    ]
+    return {
+        "rows": out,
+        "map": {"users": users, "lengths": [r.length for r in rows], "cells": cells},
+    }

@@ -41,6 +41,7 @@ from stress.search.runner import (
     map_text,
     read_pass,
     read_tier,
+    row_tier_answer,
     settle_step,
     slo_text,
     slot_history,
@@ -51,6 +52,7 @@ from stress.search.runner import (
     stop_text,
     tier_answer,
     tier_criterion,
+    tier_map_line,
     tier_searches,
 )
 from stress.search.steps import Search, Step, boundary
@@ -189,26 +191,24 @@ class SearchRun:
         if self.grid:
             shown = ", ".join(tokens(n) for n in lengths if n)
             self.say(f"capacity map: a users search at {shown} tokens of history")
-            if self.tier_criteria:
-                self.say(
-                    "SLO tiers: a grid answers the main SLO only (each pass still judges them)"
-                )
         for length in lengths:
             if self.halted:
                 return False
             search = self._row_search(length)
             if search is None:
                 break
-            tiers = tier_searches(self.loaded, self.settings) if not self.rows else {}
-            self.rows.append(Row(search, length, tiers))
+            later = search if self.rows else None  # a grid's later row
+            self.rows.append(Row(search, length, tier_searches(self.loaded, self.settings, later)))
             if len(self.rows) == 1:
                 self.say(self._estimate(search, lengths))
                 self.save()
             await self._row(self.rows[-1])
-            if search.stop is None:
+            if search.stop is None or self.halted:  # halted in a tier's steps: not finished
                 return False
             if self.grid:
                 self.say(f"{tokens(length or 0)} tokens of history: {search.answer()}")
+                for name in self.rows[-1].tiers:
+                    self.say(row_tier_answer(self.rows[-1], name, self.tier_criteria[name]))
         return True
 
     def _estimate(self, search: Search, lengths: list[int | None]) -> str:
@@ -367,8 +367,10 @@ class SearchRun:
             if self.grid:
                 self.say("\n" + map_text(self.rows, self.criterion))
             self.say(f"\n{answer_line(self.rows, self.criterion, self.at)}")
-            for name, tier in self.rows[0].tiers.items():
-                self.say(tier_answer(name, tier, self.tier_criteria[name]))
+            for name, tier in self.rows[0].tiers.items():  # a grid: every row's, as the SLO's
+                crit = self.tier_criteria[name]
+                line = tier_answer(name, tier, crit)
+                self.say(tier_map_line(self.rows, name, crit) if self.grid else line)
             slots = next((s for r in self.rows for s in r.search.steps if s.slots), None)
             if slots is not None:  # llama.cpp: the slots bound every answer
                 self.say(

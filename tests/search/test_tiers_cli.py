@@ -51,3 +51,45 @@ def test_a_tier_gets_its_own_bracket_from_the_same_passes(tmp_path: Path) -> Non
     verdict = orjson.loads(first.read_bytes())["verdict"]
     assert verdict["slo_tiers"]["batch"][0]["status"] == "MET"
     assert any(i.startswith("SLO tier batch: TTFT p95") for i in verdict["items"])
+
+
+@pytest.mark.slow
+def test_a_grid_answers_each_tier_at_every_row(tmp_path: Path) -> None:
+    path = tmp_path / "tiered.yaml"
+    path.write_text(TIERED)
+    out = tmp_path / "out"
+    # the same 4 slots at 500 and 1,000 tokens of history (held whole by the KV pool, so
+    # neither moves a bracket): each row steps 4, 8, 6, 5 for the SLO, then 9 for the tier,
+    # the second row from the first row's answer: ten steps, ~45 s on a quiet 2-core machine
+    proc = stress(
+        "capacity", str(path), "--out", str(out), "--axis", "grid", "--lengths", "500,1000",
+        "--start", "4", "--max-users", "9", "--repeat", "1", timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "a grid answers the main SLO only" not in proc.stdout
+    (root,) = out.iterdir()
+    doc = orjson.loads((root / "capacity.json").read_bytes())
+    assert [r["length"] for r in doc["rows"]] == [500, 1000]
+    answers = []
+    for row in doc["rows"]:
+        assert row["bracket"] == [SLOTS, SLOTS + 1], row["steps"]
+        tier = row["tiers"]["batch"]
+        assert tier["criterion"] == "TTFT p95 <= 1 s" and tier["stop"] is not None
+        # the tier judged every step of its row: the SLO's four, then its own above them
+        values = [s["value"] for s in tier["steps"]]
+        assert values[:4] == [s["value"] for s in row["steps"]][:4] == [4, 8, 6, 5]
+        assert {s["value"]: s["status"] for s in tier["steps"]}[8] == "MET"
+        lo, hi = tier["bracket"]
+        assert lo >= 2 * SLOTS and hi in (lo + 1, None), tier["steps"]
+        line = f"{row['length']:,} tokens of history: SLO tier batch (TTFT p95 <= 1 s): "
+        assert tier["answer_line"].startswith(line + tier["answer"])
+        assert tier["answer_line"] in proc.stdout  # printed as its row ends
+        answers.append(f"{row['length']:,} tokens: {tier['answer']}")
+    head = "capacity map at SLO tier batch (TTFT p95 <= 1 s), by tokens of history: "
+    assert doc["tiers"]["batch"]["answer_line"] == head + "; ".join(answers)
+    assert head + "; ".join(answers) in proc.stdout
+    # the map gives each tier a column of its own, in the terminal and in the report
+    assert "tier batch" in proc.stdout.split("capacity map (users x tokens")[1]
+    md = (root / "capacity.md").read_text()
+    assert "| capacity | tier batch |" in md
+    assert "SLO tier batch (TTFT p95 <= 1 s), by tokens of history: " + "; ".join(answers) in md
