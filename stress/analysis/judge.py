@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from stress.analysis import figures
 from stress.analysis.checks import accounting_text, health_warnings, level_of, warnings_for
-from stress.analysis.hangs import hang_count
+from stress.analysis.hangs import hang_count, hangs_from_events, outage_count
 from stress.analysis.rows import EventRow, RequestRow
 from stress.analysis.rundata import RunData
 from stress.analysis.stats import describe, percentile_interval
@@ -467,7 +467,10 @@ class _Trouble:
     hangs: int
     restarts: int
     downs: int
+    """Outages: a frozen process's timed-out health checks inside a hang are that hang."""
     preemptions: float
+    frozen_s: float = 0.0
+    """How long the health checks timed out inside the hangs (``Hang.health_silent_s``)."""
 
 
 def _server_items(run: RunData, t: RequestTally) -> tuple[_Trouble, list[str]]:
@@ -478,14 +481,20 @@ def _server_items(run: RunData, t: RequestTally) -> tuple[_Trouble, list[str]]:
     c = _Trouble(
         hang_count(run.events, server),
         len(_events(run, "restart")) or int(server.get("restarts") or 0),
-        len(_events(run, "server_down")) or int(server.get("down_events") or 0),
+        outage_count(run.events, server),
         float(preempt) if isinstance(preempt, int | float) else 0.0,
+        sum(h.health_silent_s or 0.0 for h in hangs_from_events(run.events)),
+    )
+    frozen = (
+        f" (the server also stopped answering its health checks for {num(c.frozen_s)} s: "
+        "frozen, counted as the hang, not as an outage)"
+        if c.frozen_s
+        else ""
     )
     items = [
         f"Stalls {t.errors['stall']}, first-token timeouts {t.errors['first_token_timeout']}, "
-        f"suspected hangs {c.hangs}, server restarts {c.restarts}, server down {c.downs} times"
-        + (f", preemptions {c.preemptions:,.0f}" if c.preemptions else "")
-        + "."
+        f"suspected hangs {c.hangs}{frozen}, server restarts {c.restarts}, server down "
+        f"{c.downs} times" + (f", preemptions {c.preemptions:,.0f}" if c.preemptions else "") + "."
     ]
     gaps = [float(v) for r in recs if (v := r.get("max_gap_s")) is not None]
     if gaps:

@@ -52,6 +52,8 @@ EventKind = Literal[
     "restart",  # error: the server restarted (its counters went back)
     "server_down",
     "server_back",
+    "server_frozen",  # info: a server_down that timed out inside a hang is that freeze,
+    # not an outage (the live hang gate writes it once; analysis/hangs.py decides it)
     "metrics_unavailable",
     "telemetry_error",
 ]

@@ -5,6 +5,13 @@ GPU that logged an Xid (field notes 4, 5, 10), or a run that cannot write its fi
 a collector or a user's task. The badge folds all of those into one colour an
 operator can see from across the room, and names the reasons, by the very rules of the
 end-of-run verdict (one judge: ``stress.analysis.judge``). Pure: no Textual.
+
+A frozen server is one hang, not also an outage: its health checks time out, so the server
+collector writes ``server_down``, and the hang gate adds ``server_frozen`` once it finds
+that down inside a hang (``stress.live.hangs``); the badge counts the difference, as the
+verdict counts ``stress.analysis.hangs.outage_count``. The scenario's ``slo.tiers`` are
+judged on the same live figures as the SLO and shown on a line of their own
+(``Verdict.tiers``), never changing the level, as in the verdict.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from stress.analysis.judge import (
     health_findings,
     slo_limit,
 )
+from stress.core.fmt import times
 from stress.core.limits import DEFAULT_ERROR_RATE
+from stress.live.hangs import FROZEN_KIND
 from stress.live.state import Snapshot
 from stress.tui.format import gpu_cards, num
 
@@ -35,6 +44,9 @@ HARDWARE_KINDS = frozenset({"xid", "ecc", "ecc_dbe", "aer", "gpu_lost", "gpu_una
 class Verdict:
     level: Level
     reasons: tuple[str, ...]
+    tiers: tuple[str, ...] = ()
+    """Each ``slo.tiers`` entry so far, missed first: ``interactive ✖x1.3``, ``batch ✓``,
+    ``bulk ? n=5`` (too few requests to judge). They never change ``level``."""
 
     @property
     def label(self) -> str:
@@ -76,7 +88,7 @@ def judge(
         odd_replies=sum(s.outcomes.get(k, 0) for k in ("empty", "reasoning_only", "truncated")),
         hangs=kinds["hang_suspected"],
         restarts=max(int(num(server, "restarts") or 0), kinds["restart"]),
-        downs=max(kinds["server_down"], 1 if server.get("up") is False else 0),
+        downs=outages(kinds, server),
         preemptions=float(num(server, "preemptions") or 0.0),
         hardware=hardware,
         users_crashed=kinds["user_crashed"],
@@ -87,17 +99,7 @@ def judge(
         error_rate_limit=float(rate) if isinstance(rate, int | float) else DEFAULT_ERROR_RATE,
     )
     found = health_findings(counts)
-    live = {
-        "ttft_p95": (s.ttft_p95_run, s.ttft_n),
-        "decode_tok_s_p50": (s.decode_p50_run, s.decode_n),
-    }
-    for key, figure, _, _, unit, worse in SLO_FIGURES:
-        limit = slo_limit(slo, key)
-        if limit is not None and live[key][0] is not None:
-            check = SloCheck(figure, unit, limit, live[key][0], live[key][1], None, worse)
-            finding = check.finding()
-            if finding is not None:
-                found.append(finding)
+    found += [f for c in slo_checks(s, slo) if (f := c.finding()) is not None]
     if kinds["model_mismatch"]:
         found.append(Finding("WARN", "model_mismatch", "model mismatch"))
     if any(c.get("flagged") for c in gpu_cards(s.collectors.get("gpu"))):
@@ -110,4 +112,46 @@ def judge(
         found = [replace(f, short="hang now") if f.code == "hangs" else f for f in found]
     found.sort(key=lambda f: f.level != "FAIL")
     level = LEVELS[grade(found)]
-    return Verdict(level, tuple(f.short for f in found))
+    return Verdict(level, tuple(f.short for f in found), tier_marks(s, slo))
+
+
+def outages(kinds: Counter[str], server: Mapping[str, Any]) -> int:
+    """The server's outages so far: its ``server_down`` events but those the hang gate
+    found inside a hang (``server_frozen``), or one while it is down before any event came."""
+    downs = kinds["server_down"] - kinds[FROZEN_KIND]
+    return max(downs, 1 if server.get("up") is False and not kinds["server_down"] else 0)
+
+
+def slo_checks(s: Snapshot, slo: Mapping[str, Any] | None) -> list[SloCheck]:
+    """The SLO (or a tier's limits) on the headline figures so far, as the verdict grades
+    them (``SloCheck``); a figure with no value yet is left out."""
+    live = {
+        "ttft_p95": (s.ttft_p95_run, s.ttft_n),
+        "decode_tok_s_p50": (s.decode_p50_run, s.decode_n),
+    }
+    out: list[SloCheck] = []
+    for key, figure, _, _, unit, worse in SLO_FIGURES:
+        limit, (value, n) = slo_limit(slo, key), live[key]
+        if limit is not None and value is not None:
+            out.append(SloCheck(figure, unit, limit, value, n, None, worse))
+    return out
+
+
+def tier_marks(s: Snapshot, slo: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """Each tier in a few characters, missed ones first (worst first): ``name ✖x1.3`` when
+    a figure misses it (the worst factor), ``name ? n=5`` when one is not judged yet,
+    ``name ✓`` when all are met; a tier without a figure yet is left out."""
+    tiers = (slo or {}).get("tiers")
+    if not isinstance(tiers, Mapping):
+        return ()
+    marks: list[tuple[float, str]] = []
+    for name, limits in tiers.items():
+        checks = slo_checks(s, limits) if isinstance(limits, Mapping) else []
+        missed = [c.factor or 0.0 for c in checks if c.status == "MISSED"]
+        if missed:
+            marks.append((-max(missed), f"{name} ✖{times(max(missed))}"))
+        elif any(c.status == "NOT JUDGED" for c in checks):
+            marks.append((0.0, f"{name} ? n={min(c.n for c in checks)}"))
+        elif checks:
+            marks.append((1.0, f"{name} ✓"))
+    return tuple(m for _, m in sorted(marks, key=lambda m: m[0]))

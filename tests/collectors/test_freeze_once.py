@@ -1,7 +1,8 @@
 """One freeze, one hang (issue 35): a server frozen like SIGSTOP is seen by the client's
 watch while frozen and by the server collector only after it resumes; the run counts one
-hang, first detected by the client. The real engine, client, collectors and gate run
-against a loopback llama.cpp-like server that freezes on cue."""
+hang, first detected by the client. Its health checks time out meanwhile (``server_down``):
+that is the same freeze, not also an outage. The real engine, client, collectors and gate
+run against a loopback llama.cpp-like server that freezes on cue."""
 
 from __future__ import annotations
 
@@ -121,3 +122,11 @@ async def test_a_freeze_seen_late_by_the_server_is_one_hang(tmp_path: Path) -> N
     assert first["first_detected_s"] == round(suspected[0]["t"], 3)
     assert first["seen_by"] == ["client", "server"]
     assert ", 1 hangs," in summary["verdict"]["summary"]
+    # the timed-out health checks are the freeze: the hang says so, no outage is counted
+    down = [e for e in events if e["kind"] == "server_down"]
+    assert down and down[0]["data"]["reason"] == "timeout", hang
+    assert [e["kind"] for e in events].count("server_frozen") == 1
+    assert [f["code"] for f in summary["verdict"]["findings"] if f["level"] == "FAIL"] == ["hangs"]
+    assert first["health_silent_s"] > 0
+    line = next(i for i in summary["verdict"]["items"] if "suspected hangs" in i)
+    assert "stopped answering its health checks" in line and "server down 0 times" in line

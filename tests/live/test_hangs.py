@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from stress.analysis.hangs import outage_count
 from stress.core.events import RunEvent
-from stress.live.hangs import GatedSink, HangGate
+from stress.live.hangs import FROZEN_KIND, GatedSink, HangGate
+from stress.tui.verdict import judge
+from tests.tui.data import snapshot
 
 
 def ev(kind: str, source: str, t: float = 0.0) -> RunEvent:
@@ -52,3 +60,58 @@ def test_the_gated_sink_passes_everything_else_straight_on() -> None:
     gated.event(ev("hang_suspected", "server"))
     assert lines == [("server", {"x": 1})]
     assert [e.kind for e in events] == ["restart", "hang_suspected"]
+
+
+def down(kind: str, t: float, **data: object) -> RunEvent:
+    return RunEvent(t, kind, kind, "error", source="server", data=dict(data))
+
+
+def freeze(reason: str, server_down_first: bool) -> list[RunEvent]:
+    """A SIGSTOP as the gate sees it; the timed-out health checks may reach ``server_down``
+    before the client's watch (default ``hang_after`` 60 s) or after it (a short one)."""
+    d = down("server_down", 3.0, reason=reason, failed_scrapes=2)
+    h = RunEvent(4.0, "hang_suspected", "h", "error", source="client", data={"silent_since_s": 1.0})
+    return [
+        *((d, h) if server_down_first else (h, d)),
+        RunEvent(9.0, "hang_cleared", "c", "warning", source="client"),
+        down("server_back", 9.5, down_s=7.0),
+    ]
+
+
+def badge(out: list[RunEvent]) -> tuple[str, ...]:
+    snap = replace(
+        snapshot(gpus=False),
+        outcomes={"ok": 5, "error": 0, "empty": 0, "reasoning_only": 0, "truncated": 0},
+        collectors={"server": {"restarts": 0, "up": True, "preemptions": 0}},
+    )
+    return judge(snap, Counter(e.kind for e in out), 0, 0).reasons
+
+
+@pytest.mark.parametrize("server_down_first", [True, False])
+def test_a_frozen_servers_down_is_written_as_part_of_the_hang_once(
+    server_down_first: bool,
+) -> None:
+    out: list[RunEvent] = []
+    gated = GatedSink(None, HangGate(out.append))
+    for e in freeze("timeout", server_down_first):
+        gated.event(e)
+    frozen = [e for e in out if e.kind == FROZEN_KIND]
+    assert len(frozen) == 1 and frozen[0].severity == "info", [e.kind for e in out]
+    assert frozen[0].data == {
+        "down_since_s": 3.0,
+        "reason": "timeout",
+        "hang_first_detected_s": 4.0,
+    }
+    assert [e.kind for e in out].count("server_down") == 1  # written as it came
+    assert badge(out) == ("1 hang",)  # not "1 server outage" as well
+    rows = [{"t": e.t, "kind": e.kind, "source": e.source, "data": e.data} for e in out]
+    assert outage_count(rows, {}) == 0  # the verdict agrees
+
+
+def test_a_refused_down_beside_a_hang_stays_an_outage() -> None:
+    out: list[RunEvent] = []
+    gated = GatedSink(None, HangGate(out.append))
+    for e in freeze("cannot connect: Connection refused", True):
+        gated.event(e)
+    assert FROZEN_KIND not in [e.kind for e in out]
+    assert badge(out) == ("1 hang", "1 server outage")

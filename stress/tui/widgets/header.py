@@ -2,6 +2,10 @@
 
 A time-scaled simulator run is shown in simulated seconds (the snapshot's clock); the
 progress line says so next to the elapsed time (``simulated time x60``).
+
+The badge is its level, the reasons, and the scenario's SLO tiers on a line of their own
+(``tiers: interactive ✖x1.3 · batch ✓``, missed first, ``TIERS_SHOWN`` at most): the
+header grows by a row while the badge needs three.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from stress.tui import format as f
 from stress.tui.verdict import Verdict
 
 LEVEL_LABEL = {"ok": "● OK", "warn": "▲ CHECK", "bad": "✖ PROBLEM"}
+TIERS_SHOWN = 3
+"""Tiers named on the badge's line; more are counted (``+2``): the badge keeps to a share
+of the width, and what does not fit ends in an ellipsis."""
 PHASE_STYLE = {
     "warmup": "yellow",
     "running": "green",
@@ -102,6 +109,22 @@ def workers_part(t: Text, s: Snapshot) -> None:
         t.append(" " + ", ".join(f"w{k}" for k in dead) + " DEAD", style="bold red")
 
 
+def tiers_line(tiers: tuple[str, ...]) -> str:
+    """The badge's tier line: the first ``TIERS_SHOWN`` (missed first), then how many more."""
+    more = len(tiers) - TIERS_SHOWN
+    return "tiers: " + " · ".join(tiers[:TIERS_SHOWN]) + (f" +{more}" if more > 0 else "")
+
+
+def badge_label(verdict: Verdict) -> str:
+    """The badge's lines: the level, the reasons (when any), the tiers (when any)."""
+    lines = [LEVEL_LABEL[verdict.level]]
+    if verdict.reasons:
+        lines.append(" · ".join(verdict.reasons))
+    if verdict.tiers:
+        lines.append(tiers_line(verdict.tiers))
+    return "\n".join(lines)
+
+
 def sessions_text(s: Snapshot, compact: bool = False) -> str:
     """Open-loop sessions: active, waiting for a slot, arrived (and the recent rate)."""
     if compact:
@@ -143,15 +166,25 @@ class RunHeader(Horizontal):
         room = self.query_one("#header-text").size.width or self.size.width
         if progress.cell_len > room:
             progress = progress_line(self._header, s, compact=True)
-        key = (progress.plain, verdict.label)
+        label = badge_label(verdict)
+        key = (progress.plain, label)
         if key == self._last:
             return
         self._last = key
         self.query_one("#progress", Static).update(progress, layout=False)
-        badge = self.query_one("#badge", Static)
-        reasons = " · ".join(verdict.reasons)
-        label = f"{LEVEL_LABEL[verdict.level]}\n{reasons}" if reasons else LEVEL_LABEL["ok"]
         if label != self._badge:  # the badge is auto-width: a new label needs a layout
             self._badge = label
+            badge = self.query_one("#badge", Static)
             badge.update(label)
             badge.set_classes(verdict.level)
+            self._fit(label.count("\n") + 1)
+
+    def _fit(self, lines: int) -> None:
+        """Give the badge its lines (two at least, as the stylesheet), the header with it:
+        a third line (the tiers beside reasons) takes a row from the body while it lasts."""
+        rows = max(2, lines)
+        badge = self.query_one("#badge", Static)
+        if badge.styles.height is not None and badge.styles.height.value == rows:
+            return
+        badge.styles.height = rows
+        self.styles.height = max(rows, 3 if self._header.get("search") else 2)
