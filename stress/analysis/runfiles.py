@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard, cast, overload
@@ -207,27 +207,39 @@ class RunFiles:
 def read_jsonl_counted(path: Path) -> tuple[list[Record], int]:
     """Every JSON-object line of a file, and how many non-blank lines were not one
     (a torn last line after ``kill -9``, a damaged line). A missing file is empty."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return [], 0
-    except OSError as e:
-        raise RunDirError(f"cannot read {path}: {e.strerror or e}") from None
     out: list[Record] = []
     bad = 0
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
+    for obj in iter_jsonl(path):
+        if obj is None:
             bad += 1
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
         else:
-            bad += 1
+            out.append(obj)
     return out, bad
+
+
+def iter_jsonl(path: Path) -> Iterator[Record | None]:
+    """Each non-blank line of a file parsed: the object, or None for a line that is not
+    one. Read a line at a time, so a large file's bytes and its list of lines are never
+    held beside the objects (a 26k-request requests.jsonl is 27 MB of them)."""
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise RunDirError(f"cannot read {path}: {e.strerror or e}") from None
+    with f:
+        try:
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    obj = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    yield None
+                    continue
+                yield obj if isinstance(obj, dict) else None
+        except OSError as e:
+            raise RunDirError(f"cannot read {path}: {e.strerror or e}") from None
 
 
 def _json_object(path: Path) -> dict[str, Any]:
@@ -290,9 +302,10 @@ def _short(v: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def clean_request(r: Record) -> tuple[Record, list[str]]:
-    """The record without its impossible values, and why each one went."""
-    out = dict(r)
+def clean_request(r: Record, owned: bool = False) -> tuple[Record, list[str]]:
+    """The record without its impossible values, and why each one went; ``owned``: the
+    caller just parsed ``r`` and nobody else holds it, so it is cleaned in place."""
+    out = r if owned else dict(r)
     why: list[str] = []
 
     def drop(key: str, reason: str) -> None:
@@ -541,15 +554,33 @@ def _clean_gpu(rec: Record) -> Record | None:
     return rec
 
 
+SHARED_TEXT_MAX = 32
+"""Text values up to this long are held once per run (``_shared_texts``)."""
+
+
+def _shared_texts(r: Record, texts: dict[str, str]) -> Record:
+    """The record with each short text value (outcome, phase, sources, finish reason...)
+    replaced by the run's one copy of it: the parser makes a new string per line, and
+    ~10 of them a record were a third of a large run's record memory. Ids are longer and
+    stay as they are."""
+    d = r
+    for k, v in d.items():
+        if type(v) is str and len(v) <= SHARED_TEXT_MAX:
+            d[k] = texts.setdefault(v, v)
+    return d
+
+
 def read_run_files(run_dir: Path) -> RunFiles:
     """Read and check a run directory; times on the simulated clock for scaled runs."""
     manifest = read_manifest_checked(run_dir)
     quality = Quality()
-    raw, bad = read_jsonl_counted(run_dir / "requests.jsonl")
-    if bad:
-        quality.unreadable["requests.jsonl"] = bad
     requests: list[Record] = []
-    for n, r in enumerate(raw, 1):
+    bad = 0
+    texts: dict[str, str] = {}
+    for n, r in enumerate(iter_jsonl(run_dir / "requests.jsonl"), 1):
+        if r is None:
+            bad += 1
+            continue
         version = r.get("schema_version", 0)
         if not isinstance(version, int) or version > SCHEMA_VERSION:
             raise RunDirError(
@@ -557,11 +588,13 @@ def read_run_files(run_dir: Path) -> RunFiles:
                 f"this stress reads up to {SCHEMA_VERSION} -- fix: upgrade stress "
                 "(`git pull && pip install .` in the checkout) to read this run"
             )
-        clean, why = clean_request(r)
+        clean, why = clean_request(r, owned=True)
         if why:
             quality.records += 1
             quality.excluded.update(why)
-        requests.append(clean)
+        requests.append(_shared_texts(clean, texts))
+    if bad:
+        quality.unreadable["requests.jsonl"] = bad
     raw_events, bad = read_jsonl_counted(run_dir / "events.jsonl")
     events = [e for e in (clean_event(e) for e in raw_events) if e is not None]
     bad += len(raw_events) - len(events)
