@@ -276,11 +276,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         with contextlib.suppress(OSError):  # the run says why when it tries again
             view = ViewChild()
     try:
-        return _cmd_run(args, gpu, view)
+        ran = _cmd_run(args, gpu, view)
     finally:
         gpu.discard()
         if view is not None:
             view.discard()
+    if isinstance(ran, Path):  # the run's files are complete: conclude without its memory
+        from stress.runtime.conclude import exec_conclusion
+
+        exec_conclusion(ran, args.fail_on)
+    return ran
 
 
 def _wants_view(args: argparse.Namespace) -> bool:
@@ -289,7 +294,8 @@ def _wants_view(args: argparse.Namespace) -> bool:
     return not args.no_tui and tty and importlib.util.find_spec("stress.tui") is not None
 
 
-def _cmd_run(args: argparse.Namespace, gpu: GpuDiscovery, view: ViewChild | None) -> int:
+def _cmd_run(args: argparse.Namespace, gpu: GpuDiscovery, view: ViewChild | None) -> int | Path:
+    """The run; its exit code, or (files complete) its directory, to be concluded."""
     from stress.config.scenario import load_scenario, with_overrides
     from stress.runtime.run import execute
 
@@ -329,12 +335,15 @@ def _cmd_run(args: argparse.Namespace, gpu: GpuDiscovery, view: ViewChild | None
                 ray=args.ray,
                 gpu_discovery=gpu,
                 view=view,
+                conclude=False,
             )
         )
     finally:
         _close_metrics(metrics, args.metrics_linger)
     if outcome.exit_reason == "crashed":
         return 1
+    if not outcome.concluded:  # the caller concludes, in a fresh process image
+        return outcome.run_dir
     status = (outcome.summary.get("verdict") or {}).get("status")
     if not status:  # summary.json could not be built: said on screen, nothing to judge
         return 1
@@ -685,11 +694,29 @@ def _run_files(args: argparse.Namespace) -> str:
     return ", ".join(str(n) for n in names if n) or "the run directory"
 
 
+def _conclusion(argv: list[str] | None) -> argparse.Namespace | None:
+    """The end of a ``stress run`` in its fresh process image
+    (``stress.runtime.conclude``): its arguments, which no user types."""
+    from stress.runtime.conclude import CONCLUDE_COMMAND
+
+    given = sys.argv[1:] if argv is None else argv
+    if len(given) != 3 or given[0] != CONCLUDE_COMMAND:
+        return None
+
+    def conclude(args: argparse.Namespace) -> int:
+        from stress.runtime.conclude import conclude_main
+
+        return conclude_main(Path(args.run_dir), args.fail_on)
+
+    return argparse.Namespace(
+        func=conclude, run_dir=given[1], fail_on=given[2], reads_runs=True, command="run"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     # stress does no linear algebra: numpy's OpenBLAS needs no thread (and buffers) per core
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args = _conclusion(argv) or build_parser(argv).parse_args(argv)
     try:
         _resolve_scenario(args)
         code: int = args.func(args)

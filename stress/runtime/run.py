@@ -47,6 +47,7 @@ from stress.runtime.background import (
     run_collector,
 )
 from stress.runtime.calibrate import server_token_count
+from stress.runtime.conclude import conclude_files, guarded
 from stress.runtime.executor import Executor, InProcess
 from stress.runtime.gpu_discovery import GpuDiscovery
 from stress.runtime.preflight import gpu_warnings, preflight
@@ -55,7 +56,6 @@ from stress.runtime.target import Target, make_session, open_target
 from stress.store.recorder import Recorder, new_run_dir, write_json
 
 if TYPE_CHECKING:  # the end-of-run modules load when the run ends (docs/performance.md)
-    from stress.analysis.analyze import Analysis
     from stress.core.tokens import Tokenizer
     from stress.live.metrics_export import MetricsExporter
     from stress.live.view_process import ViewChild
@@ -80,6 +80,9 @@ class RunOutcome:
     run_dir: Path
     summary: dict[str, Any]
     exit_reason: str
+    concluded: bool = True
+    """False: the files are complete and summary.json and the report are still to be
+    written (``execute(conclude=False)``: ``stress.runtime.conclude`` writes them)."""
 
 
 async def execute(
@@ -93,6 +96,7 @@ async def execute(
     ray: str | None = None,
     gpu_discovery: GpuDiscovery | None = None,
     view: ViewChild | None = None,
+    conclude: bool = True,
 ) -> RunOutcome:
     """Run the scenario once into a new run directory under ``out_dir``; ``search`` is
     where a capacity search stands (the live view's header shows it); ``metrics``, when
@@ -100,13 +104,14 @@ async def execute(
     when given, runs the workers as actors of the Ray cluster at that address (``""``:
     the one this machine belongs to; ``stress.runtime.ray_pool``); ``gpu_discovery``: the GPU
     pre-flight already started (else it starts now); ``view``: with ``ui="tui"``, the live
-    view's process already started (else the run starts it)."""
+    view's process already started (else the run starts it); ``conclude`` off: the run
+    ends with its files complete, summary.json and the report left to the caller."""
     session = make_session(loaded.scenario.timeouts.connect)
     found = gpu_discovery or GpuDiscovery()
     gpu = asyncio.ensure_future(found.result())  # NVML in a child process, meanwhile
     try:
         async with open_target(loaded, session) as target:
-            opts = _Options(progress_interval, ui, search, metrics, ray, view)
+            opts = _Options(progress_interval, ui, search, metrics, ray, view, conclude)
             return await _Run(loaded, out_dir, session, target, opts, gpu)()
     finally:
         if not gpu.done():
@@ -127,6 +132,7 @@ class _Options:
     metrics: MetricsExporter | None
     ray: str | None
     view: ViewChild | None
+    conclude: bool = True
 
 
 class _Run:
@@ -454,8 +460,8 @@ class _Run:
         self.manifest["probe_warnings"] += warnings
         for warning in warnings:
             self.event("preflight", warning, "warning", source="server")
-        _guarded(
-            self.printer,
+        guarded(
+            self.printer.line,
             "manifest.json",
             lambda: write_json(self.run_dir / "manifest.json", self.manifest),
         )
@@ -546,31 +552,26 @@ class _Run:
             results["client"] = merge_health([results["client"], *workers.values()])
         # the manifest stays provenance; what the collectors measured is a result
         run_dir, printer, manifest = self.run_dir, self.printer, self.manifest
-        _guarded(
-            printer, "collectors.json", lambda: write_json(run_dir / "collectors.json", results)
+        guarded(
+            printer.line,
+            "collectors.json",
+            lambda: write_json(run_dir / "collectors.json", results),
         )
-        _guarded(printer, "manifest.json", lambda: write_json(run_dir / "manifest.json", manifest))
+        guarded(
+            printer.line, "manifest.json", lambda: write_json(run_dir / "manifest.json", manifest)
+        )
         await self.executor.reap()
 
     def conclude(self) -> RunOutcome:
-        """summary.json and the report, from the run directory; the summary on stdout."""
-        run_dir, printer = self.run_dir, self.printer
+        """summary.json and the report, from the run directory; the summary on stdout.
+        With ``conclude`` off (``stress run``), only the recording is checked: the caller
+        concludes in a fresh process image (``stress.runtime.conclude``)."""
         if self.recorder.error is not None:
-            raise _recording_error(run_dir, self.recorder)
-        from stress.analysis.analyze import analyze  # not before: nothing in the run needs them
-        from stress.report.summary import build_summary, render_summary
-
-        summary: dict[str, Any] = {}
-        analysis: list[Analysis] = []  # read and analysed once, for summary.json and the report
-        if _guarded(printer, "summary.json", lambda: analysis.append(analyze(run_dir))) and (
-            _guarded(
-                printer, "summary.json", lambda: summary.update(build_summary(run_dir, analysis[0]))
-            )
-        ):
-            text = f"\n{render_summary(summary)}\n\nrun directory: {run_dir}"
-            print(REDACTOR.text(text), flush=True)
-            _write_report(run_dir, analysis[0])
-        return RunOutcome(run_dir, summary, self.exit_reason)
+            raise _recording_error(self.run_dir, self.recorder)
+        if not self.opts.conclude:
+            return RunOutcome(self.run_dir, {}, self.exit_reason, concluded=False)
+        summary = conclude_files(self.run_dir, self.printer.line)
+        return RunOutcome(self.run_dir, summary, self.exit_reason)
 
 
 @dataclass(slots=True)
@@ -702,16 +703,6 @@ def _load_text(sc: Scenario, plan: RunPlan) -> str:
     return f"sessions arriving at {a.rate:g}/min ({a.process}){cap}"
 
 
-def _guarded(printer: UiSink, what: str, write: Callable[[], object]) -> bool:
-    """Write one end-of-run file; a failure is one line, never a traceback past the user."""
-    try:
-        write()
-        return True
-    except OSError as e:
-        printer.line(f"{what} not written: {REDACTOR.text(str(e.strerror or e))}")
-        return False
-
-
 def _recording_error(run_dir: Path, recorder: Recorder) -> RecordingError:
     e = recorder.error
     why = (e.strerror if e is not None else None) or str(e)
@@ -720,22 +711,6 @@ def _recording_error(run_dir: Path, recorder: Recorder) -> RecordingError:
         f"{recorder.requests_recorded} records written, {recorder.unwritten_requests} could "
         "not be written"
     )
-
-
-def _write_report(run_dir: Path, analysis: Analysis) -> None:
-    """report.md and report.html beside the data; a failure here never costs the run."""
-    try:
-        from stress.report.build import build_report
-
-        _, _, html = build_report(run_dir, analysis)
-    except Exception as e:
-        print(
-            f"report not written ({type(e).__name__}: {REDACTOR.text(str(e))}); "
-            f"`stress report {run_dir}` retries",
-            flush=True,
-        )
-        return
-    print(f"report: {html}", flush=True)
 
 
 def _safe_summary(c: Collector, generated_tokens: int) -> dict[str, Any]:
