@@ -34,8 +34,8 @@ import numpy as np
 
 from stress.analysis import figures
 from stress.analysis.arrivals import open_load
-from stress.analysis.causes import Cause, conv_len, name_causes, run_working_set
-from stress.analysis.figures import Record
+from stress.analysis.causes import Cause, name_causes, run_working_set
+from stress.analysis.figures import Record, conv_len, token_step
 from stress.analysis.judge import SloCheck, slo_checks
 from stress.analysis.rundata import RunData, end_time
 from stress.analysis.server_kind import (
@@ -57,7 +57,6 @@ RETENTION_FLOOR = 0.9
 """Below this share of reusable tokens kept, the cache no longer holds the users' turns."""
 POOL_SHARES = (0.25, 0.5, 0.75, 0.9, 1.0, 1.25, 1.5, 2.0)
 """Upper edges of the working-set buckets, as shares of the KV pool (the last is open)."""
-_NICE = (500, 1000, 2000, 2500, 5000, 10_000, 20_000, 25_000, 50_000, 100_000)
 _LADDER = (1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 
 
@@ -194,14 +193,6 @@ def _share(v: float) -> str:
 
 def _k(v: float) -> str:
     return f"{v / 1000:g}k" if v >= 1000 else f"{v:g}"
-
-
-def token_step(top: float, target: int = 8) -> int:
-    """A round bucket width giving at most ``target`` buckets up to ``top`` tokens."""
-    for step in _NICE:
-        if top / step <= target:
-            return step
-    return int(10 ** math.ceil(math.log10(max(1.0, top / target))))
 
 
 def ladder_edges(top: float) -> list[int]:

@@ -32,7 +32,9 @@ import numpy as np
 import numpy.typing as npt
 
 from stress.analysis import figures
-from stress.analysis.pauses import Pauses, describe_pauses, frozen_in, server_pauses
+from stress.analysis.figures import conv_len
+from stress.analysis.itl import server_pauses
+from stress.analysis.pauses import Pauses, describe_pauses, frozen_in
 from stress.analysis.rundata import Record, RunData, end_time
 from stress.analysis.server_kind import server_kind, shared_pool_tokens
 from stress.core.fmt import num, pct, tokens
@@ -166,11 +168,6 @@ def name_causes(run: RunData) -> list[Cause]:
 
 
 # --- the working set ----------------------------------------------------------------
-
-
-def conv_len(r: Mapping[str, Any]) -> float:
-    """A request's conversation length in tokens (its prompt when that is all we know)."""
-    return float(r.get("conversation_tokens") or r.get("prompt_tokens") or 0)
 
 
 def working_set(records: list[Record], finished_stay: bool = True) -> tuple[FloatArray, FloatArray]:

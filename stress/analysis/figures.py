@@ -115,6 +115,24 @@ def generated_users(records: Iterable[Record], key: str) -> list[Any]:
     ]
 
 
+def conv_len(r: Record) -> float:
+    """A request's conversation length in tokens (its prompt when that is all we know)."""
+    return float(r.get("conversation_tokens") or r.get("prompt_tokens") or 0)
+
+
+NICE_STEPS = (500, 1000, 2000, 2500, 5000, 10_000, 20_000, 25_000, 50_000, 100_000)
+"""Bucket widths in tokens that read well ("0-5k", "5k-10k")."""
+
+
+def token_step(top: float, target: int = 8) -> int:
+    """A round bucket width giving at most ``target`` buckets up to ``top`` tokens: the
+    conversation-length buckets of the capacity answer and of ITL share it."""
+    for step in NICE_STEPS:
+        if top / step <= target:
+            return step
+    return int(10 ** math.ceil(math.log10(max(1.0, top / target))))
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (numpy's linear interpolation), None for no values."""
     import numpy as np  # here: the run path (the live view) never needs numpy
@@ -651,7 +669,7 @@ FIGURES: tuple[FigureDef, ...] = (
         "max(1 s, 10 x ITL p50) across which every running stream was silent: count, total "
         "s, longest, total / run duration, streams frozen per pause; frozen share = sum of "
         "pause x streams / sum of the streams' first-to-last-chunk time",
-        "stress.analysis.pauses:server_pauses",
+        "stress.analysis.itl:server_pauses",
     ),
     defined(output_tokens),
     defined(output_tok_s),

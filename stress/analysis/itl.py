@@ -19,21 +19,28 @@ TPOT, goodput (TTFT + ITL)); this module computes them, once per run, for
 
 A run recorded before ``tokens.bin`` existed has TPOT and no ITL (``available`` False).
 A time-scaled simulator run is on the simulated clock, like every other figure.
+
+The file is read once a run for these figures and the server-wide pauses together
+(``read_tokens``): each frame, streamed, feeds this module's groups and per-request figures
+and ``stress.analysis.pauses.Streams`` (each stream's span and long gaps), and the pauses'
+threshold takes this ITL p50. Memory stays bounded: one frame read at a time, the gaps
+added to the histograms in batches.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from stress.analysis import figures
-from stress.analysis.capacity import token_step
-from stress.analysis.causes import conv_len
-from stress.analysis.figures import Record
+from stress.analysis.figures import Record, conv_len, token_step
 from stress.analysis.loghist import LogHistogram
+from stress.analysis.pauses import Pauses, Streams, found_pauses, placed_itl_p50
 from stress.analysis.rundata import RunData
 from stress.analysis.stats import describe
 from stress.store.token_times import FILE_NAME, ReadReport, read_frames
@@ -146,14 +153,40 @@ def tpot(r: Record) -> float | None:
 
 def request_itl(values: np.ndarray[Any, Any]) -> RequestItl:
     """A request's own ITL figures from its ``tokens.bin`` frame (``values[0]`` is its
-    TTFT, the rest its gaps)."""
+    TTFT, the rest its gaps); a damaged gap (not finite, negative) is left out."""
     gaps = np.asarray(values[1:], dtype=np.float64)
     gaps = gaps[np.isfinite(gaps) & (gaps >= 0.0)]
-    if not gaps.size:
-        return RequestItl(len(values), None, None, None, None)
-    ordered = sorted(gaps.tolist())  # a few µs; np.percentile's set-up took ~60 a request
-    p50, p95 = (figures.percentile_sorted(ordered, q) for q in ITL_QUANTILES)
-    return RequestItl(len(values), float(gaps.mean()), p50, p95, ordered[-1])
+    return _request_figures(len(values), gaps, sorted(gaps.tolist()))
+
+
+def _request_figures(
+    chunks: int, gaps: npt.NDArray[np.float64], ordered: list[float]
+) -> RequestItl:
+    """``RequestItl`` of ``gaps`` (``ordered``: them sorted, a few µs where np.percentile's
+    set-up took ~60 a request). The mean is ``gaps.mean()`` bit for bit (numpy's own sum
+    over the count) without its ~4 µs of set-up a request."""
+    if not ordered:
+        return RequestItl(chunks, None, None, None, None)
+    p50, p95 = [figures.percentile_sorted(ordered, q) for q in ITL_QUANTILES]
+    mean = float(np.add.reduce(gaps)) / len(ordered)
+    return RequestItl(chunks, mean, p50, p95, ordered[-1])
+
+
+def _shape(
+    v: npt.NDArray[np.float64],
+) -> tuple[npt.NDArray[np.float64], list[float], bool]:
+    """A frame's running sum (each chunk's time after the send), its gaps sorted, and
+    whether it is whole: every value finite and no gap negative (the pauses place only a
+    whole frame, ITL leaves a damaged one's bad values out; its gaps are not sorted here).
+    A value that is not finite leaves the running sum so, hence the one check; a sum that
+    overflowed is checked value by value."""
+    cum = np.cumsum(v)
+    if not v.size:
+        return cum, [], True
+    if not math.isfinite(cum[-1]) and not np.isfinite(v).all():
+        return cum, [], False
+    ordered = sorted(v[1:].tolist())
+    return cum, ordered, not ordered or ordered[0] >= 0.0
 
 
 def _k(v: float) -> str:
@@ -211,49 +244,112 @@ class _Batches:
         self._size = 0
 
 
-def token_timing(run: RunData) -> TokenTiming:
-    """Read ``tokens.bin`` of ``run`` (streamed, one frame at a time) and compute the token
-    timing figures; a run without the file gets TPOT only."""
-    scale = run.files.time_scale
-    rows = [r for r in run.requests if in_population(r)]
-    by_id: dict[str, Record] = {str(r["request_id"]): r for r in rows if r.get("request_id")}
-    overall = Group()
-    per_user: dict[int, Group] = {}
-    top = max((conv_len(r) for r in rows), default=0.0)
-    step = token_step(top) if top > 0 else 1  # the capacity answer's length buckets
-    buckets: dict[int, Group] = {}
+@dataclass(slots=True)
+class _Population:
+    """ITL's population before the frames: its groups, each request's three of them by
+    id (a repeated id: its last record), and the length buckets' width. The groups are
+    found once a request, here, not again per frame; the requests of one user and bucket
+    share one tuple of them."""
 
-    def groups_of(r: Record) -> tuple[Group, Group, Group]:
-        u = per_user.setdefault(int(r.get("user") or 0), Group())
-        b = buckets.setdefault(int(conv_len(r) // step), Group())
-        return overall, u, b
+    overall: Group = field(default_factory=Group)
+    per_user: dict[int, Group] = field(default_factory=dict)
+    buckets: dict[int, Group] = field(default_factory=dict)
+    step: int = 1
+    groups_of: dict[str, tuple[Group, Group, Group]] = field(default_factory=dict)
+    _held: dict[tuple[int, int], tuple[Group, Group, Group]] = field(default_factory=dict)
 
-    for r in rows:
-        t = tpot(r)
-        for g in groups_of(r):
-            g.requests += 1
-            if t is not None:
-                g.tpot.append(t)
+    @classmethod
+    def of(cls, run: RunData) -> _Population:
+        """Every population request counted in its groups, with its TPOT."""
+        rows = [r for r in run.requests if in_population(r)]
+        top = max((conv_len(r) for r in rows), default=0.0)
+        pop = cls(step=token_step(top) if top > 0 else 1)  # the capacity answer's buckets
+        for r in rows:
+            groups = pop._groups(r)
+            if r.get("request_id"):
+                pop.groups_of[str(r["request_id"])] = groups
+            t = tpot(r)
+            for g in groups:
+                g.requests += 1
+                if t is not None:
+                    g.tpot.append(t)
+        return pop
+
+    def _groups(self, r: Record) -> tuple[Group, Group, Group]:
+        """Its groups, a new one made only for a new user or bucket (``setdefault`` made
+        two a call, each with its 8 KiB of bins, almost all thrown away)."""
+        key = (int(r.get("user") or 0), int(conv_len(r) // self.step))
+        held = self._held.get(key)
+        if held is None:
+            u = self.per_user.get(key[0])
+            if u is None:
+                u = self.per_user[key[0]] = Group()
+            b = self.buckets.get(key[1])
+            if b is None:
+                b = self.buckets[key[1]] = Group()
+            held = self._held[key] = (self.overall, u, b)
+        return held
+
+
+class _Pass:
+    """The one pass over ``tokens.bin``: each frame feeds ITL's groups and per-request
+    figures, and the pauses' streams (``stress.analysis.pauses.Streams``), from one
+    conversion, one running sum and one sort of its gaps."""
+
+    def __init__(self, run: RunData, pop: _Population) -> None:
+        self.scale = run.files.time_scale
+        self.groups_of = pop.groups_of
+        self.streams = Streams.of(run.requests)
+        self.per_request: dict[str, RequestItl] = {}
+        self.batches = _Batches()
+        self.diverged = False
+        """A frame's gaps count in ITL and not in the pause bar, or the other way round."""
+
+    def frame(self, rid: str, values: npt.NDArray[np.float32]) -> None:
+        """Feed one frame (``values`` as read, wall seconds) to both readers, on the run's
+        clock, and note when they would count its gaps differently."""
+        v = values.astype(np.float64)
+        if self.scale != 1.0:
+            v *= self.scale
+        cum, ordered, whole = _shape(v)
+        groups = self.groups_of.get(rid)
+        counted = groups is not None and rid not in self.per_request
+        if counted and groups is not None:  # else warm-up, failed, or a repeated frame
+            itl = _request_figures(v.size, v[1:], ordered) if whole else request_itl(v)
+            self.per_request[rid] = itl
+            self.batches.add(groups, (values if self.scale == 1.0 else v)[1:])
+        placed = self.streams.place(rid, v, cum, whole, ordered[-1] if ordered else 0.0)
+        in_bar = placed is not None and in_population(placed)
+        if counted != in_bar and v.size > 1:
+            self.diverged = True
+
+
+def _pass(run: RunData) -> tuple[_Population, _Pass, ReadReport]:
+    """The one pass over ``tokens.bin``, streamed (one frame at a time), every batch of
+    gaps added to its histograms by its end."""
+    pop = _Population.of(run)
     report = ReadReport()
-    per_request: dict[str, RequestItl] = {}
-    batches = _Batches()
+    one = _Pass(run, pop)
     for rid, values in read_frames(run.path / FILE_NAME, report):
-        row = by_id.get(rid)
-        if row is None or rid in per_request:  # warm-up, failed, or a duplicate frame
-            continue
-        v = values.astype(np.float64) * scale if scale != 1.0 else values
-        per_request[rid] = request_itl(v)
-        batches.add(groups_of(row), v[1:])
-    batches.flush()
+        one.frame(rid, values)
+    one.batches.flush()
+    return pop, one, report
+
+
+def _read(run: RunData) -> tuple[TokenTiming, Pauses]:
+    """Both readers' figures from the one pass; a run without ``tokens.bin`` gets TPOT
+    only and no pauses."""
+    pop, one, report = _pass(run)
+    step = pop.step
     timing = TokenTiming(
         available=report.frames > 0,
         read=report,
-        overall=overall,
-        per_request=per_request,
-        per_user=per_user,
+        overall=pop.overall,
+        per_request=one.per_request,
+        per_user=pop.per_user,
         by_length=[
             LengthBucket(f"{_k(b * step)}-{_k((b + 1) * step)}", b * step, (b + 1) * step, g)
-            for b, g in sorted(buckets.items())
+            for b, g in sorted(pop.buckets.items())
         ],
     )
     slo = run.scenario.get("slo")
@@ -262,7 +358,36 @@ def token_timing(run: RunData) -> TokenTiming:
     timing.itl_limit = _limit(slo, "itl_p95")
     if timing.itl_limit is not None and timing.available:
         _goodput(run, timing, timing.itl_limit)
-    return timing
+    # the pause bar's gaps are ITL's own unless a frame was damaged or repeated
+    p50 = placed_itl_p50(run, in_population) if one.diverged else pop.overall.itl.percentile(50)
+    return timing, found_pauses(run, one.streams, report, p50)
+
+
+_LAST: list[tuple[RunData, tuple[int, int], TokenTiming, Pauses]] = []
+"""The last run's figures: the causes, the summary and the report ask for them in one
+analysis, and the file is read once (the run is held so that ``is`` is a sound key)."""
+
+
+def read_tokens(run: RunData) -> tuple[TokenTiming, Pauses]:
+    """The run's token timing and server-wide pauses, from ``tokens.bin`` read once per
+    run (the file's size and mtime tell a rewritten one)."""
+    try:
+        st = (run.path / FILE_NAME).stat()
+        key = (st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = (-1, -1)
+    for held, held_key, timing, pauses in _LAST:
+        if held is run and held_key == key:
+            return timing, pauses
+    timing, pauses = _read(run)
+    _LAST[:] = [(run, key, timing, pauses)]
+    return timing, pauses
+
+
+def token_timing(run: RunData) -> TokenTiming:
+    """The run's token timing figures (``read_tokens``); a run without ``tokens.bin`` gets
+    TPOT only."""
+    return read_tokens(run)[0]
 
 
 def _goodput(run: RunData, timing: TokenTiming, itl_limit: float) -> None:
@@ -280,3 +405,10 @@ def _goodput(run: RunData, timing: TokenTiming, itl_limit: float) -> None:
         by_user.setdefault(int(r.get("user") or 0), []).append(ok)
     timing.goodput = sum(good) / len(good)
     timing.goodput_by_user = {u: sum(g) / len(g) for u, g in by_user.items()}
+
+
+def server_pauses(run: RunData) -> Pauses:
+    """The run's server-wide pauses (``stress.analysis.pauses``; a run without
+    ``tokens.bin``: ``available`` False, none found), from the one pass over the file that
+    token timing makes, read once per run (``read_tokens``)."""
+    return read_tokens(run)[1]

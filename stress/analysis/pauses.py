@@ -12,9 +12,11 @@ is an interval between two consecutive chunk arrivals of the whole run, longer t
 threshold, across which at least ``MIN_STREAMS`` streams were running. The threshold is
 ``max(MIN_PAUSE_S, ITL_MULTIPLE x the run's ITL p50)``: a shared silence of a second is
 already far outside decoding (ITL is tens of ms), and a slow server's own ITL does not
-read as pauses.
+read as pauses. That p50 is token timing's own (``stress.analysis.itl``): the same
+population's gaps, counted once.
 
-Memory is bounded by requests, not chunks: the file is read one frame at a time and each
+The file is read once for both: ``stress.analysis.itl.read_tokens`` streams the frames and
+hands each to ``Streams.place`` here. Memory is bounded by requests, not chunks: each
 stream keeps its first and last chunk time and only its gaps over ``MIN_PAUSE_S`` (a pause
 lies inside one such gap of every stream it froze). The pauses are then a sweep over
 those intervals: a moment is paused when the running streams all sit inside one of
@@ -23,16 +25,14 @@ their long gaps.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from stress.analysis import figures
 from stress.analysis.loghist import LogHistogram
 from stress.analysis.rundata import Record, RunData
 from stress.core.fmt import num, pct
@@ -46,8 +46,6 @@ MIN_STREAMS = 2
 """Fewest running streams a shared silence needs (one stream alone is just slow)."""
 LISTED = 100
 """At most this many pauses (the longest, in time order) are listed in summary.json."""
-BATCH_VALUES = 1 << 18
-"""Gaps held before they are added to the ITL histogram."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,59 +129,45 @@ class Pauses:
 
 
 @dataclass(slots=True)
-class _Streams:
-    """What the pass over ``tokens.bin`` keeps: each stream's span and its long gaps."""
+class Streams:
+    """What the pass over ``tokens.bin`` keeps for the pauses: each stream's span and its
+    long gaps. ``requests``: the requests not placed yet by id (warm-up and failed ones
+    ran too), the records themselves, each let go when placed: the pass holds no more
+    per request than it keeps."""
 
+    requests: dict[str, Record]
     spans: list[tuple[float, float]] = field(default_factory=list)
     gaps: list[tuple[float, float]] = field(default_factory=list)
-    itl: LogHistogram = field(default_factory=LogHistogram)
-    pending: list[npt.NDArray[np.float64]] = field(default_factory=list)
-    held: int = 0
 
-    def add_itl(self, gaps: npt.NDArray[np.float64]) -> None:
-        self.pending.append(gaps)
-        self.held += gaps.size
-        if self.held >= BATCH_VALUES:
-            self.flush()
+    @classmethod
+    def of(cls, requests: Sequence[Record]) -> Streams:
+        """The streams of ``requests``, none placed yet (a repeated id: its last record)."""
+        return cls({str(r["request_id"]): r for r in requests if r.get("request_id")})
 
-    def flush(self) -> None:
-        if self.pending:
-            self.itl.add(np.concatenate(self.pending))
-        self.pending.clear()
-        self.held = 0
-
-
-def _itl_population(r: Record) -> bool:
-    """ITL's population (``stress.analysis.itl.in_population``): its p50 sets the bar."""
-    return (
-        not r.get("warmup")
-        and r.get("outcome") in figures.GENERATED
-        and r.get("streamed") is not False
-    )
-
-
-def _read(path: Path, requests: Sequence[Record], scale: float) -> tuple[_Streams, ReadReport]:
-    """One pass over ``tokens.bin``: spans, gaps over ``MIN_PAUSE_S``, the ITL histogram."""
-    by_id = {str(r["request_id"]): r for r in requests if r.get("request_id")}
-    seen: set[str] = set()
-    out = _Streams()
-    report = ReadReport()
-    for rid, values in read_frames(path, report):
-        row = by_id.get(rid)
-        if row is None or rid in seen or not values.size:
-            continue
-        seen.add(rid)
-        v = values.astype(np.float64) * scale
-        if not np.isfinite(v).all() or (v[1:] < 0).any():
-            continue  # a damaged frame places nothing
-        times = float(row.get("t_start") or 0.0) + np.cumsum(v)
-        out.spans.append((float(times[0]), float(times[-1])))
-        for i in np.flatnonzero(v[1:] > MIN_PAUSE_S):
-            out.gaps.append((float(times[i]), float(times[i + 1])))
-        if _itl_population(row):
-            out.add_itl(v[1:])
-    out.flush()
-    return out, report
+    def place(
+        self,
+        rid: str,
+        v: npt.NDArray[np.float64],
+        cum: npt.NDArray[np.float64],
+        whole: bool,
+        longest: float,
+    ) -> Record | None:
+        """Place one frame: ``v`` its values on the run's clock, ``cum`` their running sum,
+        ``whole`` every value finite and no gap negative, ``longest`` its longest gap. The
+        first frame with chunks of a known request counts; a damaged one places nothing.
+        Returns the request placed, None if none: its gaps are the pause bar's when ITL's
+        population holds it (``placed_itl_p50``), so the caller sees whether ITL's figures
+        counted the same ones."""
+        row = self.requests.pop(rid, None) if v.size else None
+        if row is None or not whole:  # unknown, placed already, no chunk, or damaged
+            return None
+        t0 = float(row.get("t_start") or 0.0)
+        self.spans.append((float(t0 + cum[0]), float(t0 + cum[-1])))
+        if longest > MIN_PAUSE_S:  # a few streams: the rest skip the search
+            times = t0 + cum
+            for i in np.flatnonzero(v[1:] > MIN_PAUSE_S):
+                self.gaps.append((float(times[i]), float(times[i + 1])))
+        return row
 
 
 def shared_silences(
@@ -218,41 +202,40 @@ def threshold_for(itl_p50: float | None) -> float:
     return max(MIN_PAUSE_S, ITL_MULTIPLE * itl_p50) if itl_p50 is not None else MIN_PAUSE_S
 
 
-def _compute(run: RunData) -> Pauses:
-    streams, report = _read(run.path / FILE_NAME, run.requests, run.files.time_scale)
-    p50 = streams.itl.percentile(50)
-    threshold = threshold_for(p50)
-    found = shared_silences(streams.spans, streams.gaps, threshold)
+def found_pauses(
+    run: RunData, streams: Streams, report: ReadReport, itl_p50: float | None
+) -> Pauses:
+    """The run's pauses from the placed ``streams`` and the bar's ITL p50."""
+    threshold = threshold_for(itl_p50)
     return Pauses(
         available=report.frames > 0,
         threshold_s=threshold,
-        itl_p50_s=p50,
-        pauses=tuple(found),
+        itl_p50_s=itl_p50,
+        pauses=tuple(shared_silences(streams.spans, streams.gaps, threshold)),
         run_s=run.duration_s,
         stream_s=sum(b - a for a, b in streams.spans),
     )
 
 
-_LAST: list[tuple[RunData, tuple[int, int], Pauses]] = []
-"""The last run's pauses: the causes, the summary and the report ask for them in one
-analysis, and the file is read once (the run is held so that ``is`` is a sound key)."""
-
-
-def server_pauses(run: RunData) -> Pauses:
-    """The run's server-wide pauses, read from ``tokens.bin`` once per run (a run without
-    the file: ``available`` False, none found)."""
-    path = run.path / FILE_NAME
-    try:
-        st = path.stat()
-        key = (st.st_size, st.st_mtime_ns)
-    except OSError:
-        key = (-1, -1)
-    for held, held_key, got in _LAST:
-        if held is run and held_key == key:
-            return got
-    got = _compute(run)
-    _LAST[:] = [(run, key, got)]
-    return got
+def placed_itl_p50(run: RunData, in_itl: Callable[[Record], bool]) -> float | None:
+    """The ITL p50 of the gaps of the frames ``Streams.place`` places, of requests in ITL's
+    population. Equal to token timing's own p50 unless a frame is damaged (a value not
+    finite, a negative gap: token timing leaves out only those values, the pauses the
+    whole frame) or an id repeats: then the file is read again here, so the threshold
+    stays what it always was. One histogram add a frame: a rare, damaged file."""
+    by_id = {str(r["request_id"]): r for r in run.requests if r.get("request_id")}
+    seen: set[str] = set()
+    itl = LogHistogram()
+    scale = run.files.time_scale
+    for rid, values in read_frames(run.path / FILE_NAME):
+        row = by_id.get(rid)
+        if row is None or rid in seen or not values.size:
+            continue
+        seen.add(rid)
+        v = values.astype(np.float64) * scale
+        if np.isfinite(v).all() and not (v[1:] < 0).any() and in_itl(row):
+            itl.add(v[1:])
+    return itl.percentile(50)
 
 
 def frozen_in(pauses: Sequence[Pause], a: float, b: float) -> float:

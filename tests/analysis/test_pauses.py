@@ -4,17 +4,22 @@ summary.json and the report say so (llama.cpp: the host-RAM prompt cache, --cach
 
 from __future__ import annotations
 
+import struct
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
+from stress.analysis import itl as itl_mod
 from stress.analysis import pauses as pauses_mod
+from stress.analysis.analyze import analyze
 from stress.analysis.causes import Cause, name_causes
-from stress.analysis.pauses import Pause, server_pauses, shared_silences
+from stress.analysis.itl import server_pauses
+from stress.analysis.pauses import Pause, shared_silences
 from stress.analysis.rundata import RunData, load_run
 from stress.report.build import make_report
 from stress.report.render_md import render_md
@@ -154,10 +159,68 @@ def test_memory_holds_only_long_gaps(tmp_path: Path) -> None:
     chunks: 14 streams of up to 2,500 chunks leave 10 gaps (4 streams x 2 pauses, and the
     two outside streams none) plus the waiting requests' none."""
     run = paused(tmp_path)
-    streams, report = pauses_mod._read(run.path / FILE_NAME, run.requests, 1.0)
+    _, one, report = itl_mod._pass(run)
     assert report.frames == 16
-    assert len(streams.spans) == 16 and len(streams.gaps) == 8
-    assert not streams.pending  # the ITL batch was added and let go
+    assert len(one.streams.spans) == 16 and len(one.streams.gaps) == 8
+    assert not one.batches._pending  # the ITL batch was added and let go
+    assert not one.diverged  # the pause bar's gaps are ITL's own
+
+
+def test_tokens_bin_is_read_once_for_itl_and_the_pauses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One analysis reads the file once: the causes, the summary and the report ask for
+    the pauses and the token timing, and the pause bar is token timing's own ITL p50."""
+    reads: list[Path] = []
+    real = itl_mod.read_frames
+
+    def counted(path: Path, report: Any = None) -> Any:
+        reads.append(path)
+        return real(path, report)
+
+    monkeypatch.setattr(itl_mod, "read_frames", counted)
+    monkeypatch.setattr(pauses_mod, "read_frames", counted)
+    a = analyze(write_paused_run(tmp_path, RUNNING + WAITING + OUTSIDE))
+    assert len(reads) == 1
+    assert a.pauses is not None and a.pauses.count == 2
+    assert a.pauses.itl_p50_s == a.tokens.overall.itl.percentile(50)
+    assert server_pauses(a.run) is a.pauses and itl_mod.token_timing(a.run) is a.tokens
+    assert len(reads) == 1
+
+
+def test_damaged_and_repeated_frames_keep_the_pause_bar_as_it_was(tmp_path: Path) -> None:
+    """ITL leaves out a damaged frame's bad values, the pauses the whole frame; ITL counts
+    a request's first frame, the pauses its first with chunks. Where that makes the two
+    populations differ, the bar is read again from the pauses' own: 4 streams at 0.2 s
+    (bar 2 s, the 1.5 s silence is no pause) beside 6 requests of 400 gaps of 10 ms, 2 with
+    a NaN TTFT, 2 with a negative gap (ITL: p50 10 ms) and 2 whose first frame is empty."""
+    d = write_paused_run(tmp_path, RUNNING, silent=[(10.0, 11.5), (30.0, 32.5)], step=0.2)
+    lines, frames = [], []
+    for k in range(6):
+        r = request(20 + k, 1, 1.0, ttft=0.5, e2e=5.0)
+        r["request_id"] = rid = f"bad-{k}"
+        lines.append(orjson.dumps(r) + b"\n")
+        f = bytearray(encode_frame(rid, 0.5, array("d", (1.5 + 0.01 * np.arange(400)).tolist())))
+        head = 8 + len(rid)
+        if k < 2:
+            struct.pack_into("<f", f, head, float("nan"))
+        elif k < 4:
+            struct.pack_into("<f", f, head + 4 * 7, -0.01)
+        else:
+            f[:0] = encode_frame(rid, 0.5, array("d"))
+        frames.append(bytes(f))
+    with (d / "requests.jsonl").open("ab") as out:
+        out.writelines(lines)
+    with (d / FILE_NAME).open("ab") as out:
+        out.writelines(frames)
+    run = load_run(d)
+    assert itl_mod._pass(run)[1].diverged
+    t = itl_mod.token_timing(run)
+    assert t.overall.itl.percentile(50) == pytest.approx(0.01, rel=0.01)
+    p = server_pauses(run)
+    assert p.itl_p50_s == pytest.approx(0.2, rel=0.01)
+    assert p.threshold_s == pytest.approx(2.0, rel=0.01)
+    assert [(round(x.start, 3), round(x.end, 3)) for x in p.pauses] == [(30.0, 32.5)]
 
 
 def test_a_run_without_tokens_bin_has_no_pauses(tmp_path: Path) -> None:
