@@ -11,7 +11,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 py=python3
 { nproc; uptime; $py --version; } 2>&1 | tee "$out/machine.txt"
-taskset -c 2 $py benchmarks/ttft_accuracy.py --streams 16 128 --repeats 3 --measure 12 \
+taskset -c 2 $py benchmarks/ttft_accuracy.py --streams 16 128 --repeat 2 --duration 8 \
     --server-cpu 3 2>&1 | tee "$out/ttft_accuracy.txt"
 taskset -c 2 $py benchmarks/paced.py --streams 64 --repeats 3 --measure 6 \
     --server-cpu 3 2>&1 | tee "$out/paced.txt"
