@@ -285,10 +285,14 @@ def run_loop(coro_factory: Callable[[], Coroutine[Any, Any, object]]) -> object:
 
 @contextlib.contextmanager
 def paced_server(
-    cpu: int | None = 1, log_dir: Path | None = None, clock: str = "stream"
+    cpu: int | None = 1,
+    log_dir: Path | None = None,
+    clock: str = "stream",
+    command: list[str] | None = None,
 ) -> Iterator[tuple[str, Path]]:
     """Start ``paced_server.py`` on ``cpu`` with its ``clock`` (``stream`` or ``step``);
-    yield its URL and the log it writes on exit.
+    yield its URL and the log it writes on exit. ``command``: what starts it, before its
+    flags (default ``python paced_server.py``; ``ttft_accuracy.py`` wraps it).
 
     The log appears once the context has exited; pass ``log_dir`` to read it afterwards
     (otherwise it goes to a temporary folder removed at exit).
@@ -299,7 +303,8 @@ def paced_server(
         log = (log_dir or Path(tmp)) / "first_chunks.jsonl"
         port = free_port()
         script = Path(__file__).with_name("paced_server.py")
-        cmd = [sys.executable, str(script), "--port", str(port), "--log", str(log)]
+        start = command or [sys.executable, str(script)]
+        cmd = [*start, "--port", str(port), "--log", str(log)]
         cmd += ["--clock", clock]
         if cpu is not None:
             cmd = ["taskset", "-c", str(cpu), *cmd]

@@ -129,7 +129,7 @@ target:
   model: {model}
   server: openai          # a static file server: no kind to detect
   tokenizer: tiktoken     # nor a tokenize endpoint to calibrate against
-users: {{count: 1, ramp_up: 0s, think_time: {{min: 0s, max: 0s}}}}
+users: {{count: 1, ramp_up: {ramp}, think_time: {{min: 0s, max: 0s}}}}
 duration: 10s
 conversation:
   cache: per_user
@@ -548,10 +548,16 @@ def run_stress(
     return run
 
 
-def write_scenario(tmp: Path, name: str, url: str, max_tokens: int, extra: str) -> Path:
+def write_scenario(
+    tmp: Path, name: str, url: str, max_tokens: int, extra: str, ramp: str = "0s"
+) -> Path:
+    """The closed-loop scenario at ``tmp/<name>.yaml``; ``ramp``: the users' ramp-up
+    (``ttft_accuracy.py`` spreads its streams over one reply)."""
     path = tmp / f"{name}.yaml"
     path.write_text(
-        SCENARIO.format(name=name, url=url, model=MODEL, max_tokens=max_tokens, extra=extra)
+        SCENARIO.format(
+            name=name, url=url, model=MODEL, max_tokens=max_tokens, extra=extra, ramp=ramp
+        )
     )
     return path
 

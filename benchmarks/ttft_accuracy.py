@@ -80,34 +80,10 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import POLICY, free_port, machine, request_body, wait_port
+from benchmarks._common import POLICY, machine, paced_server, request_body
+from benchmarks.e2e import write_scenario
 
 HERE = Path(__file__).resolve()
-MODEL = "Qwen/Qwen3-30B-A3B"
-"""The model ``paced_server.py`` lists (its ``MODEL``)."""
-
-SCENARIO = """\
-name: ttft_accuracy
-target:
-  url: {url}
-  model: {model}
-  server: openai
-  tokenizer: tiktoken
-users: {{count: 1, ramp_up: {ramp_ms:.0f}ms, think_time: {{min: 0s, max: 0s}}}}
-duration: 10s
-conversation:
-  cache: per_user
-  ceiling_tokens: 1024
-  turn:
-    paste: {{corpus: bundled:en, tokens: [150, 250]}}
-    ask: [Summarise the main points of this document., What matters most here?]
-request: {{max_tokens: {max_tokens}, extra_body: {extra}}}
-warmup: {{rounds: 0}}
-timeouts: {{drain: 30s}}
-telemetry: {{server_metrics: false, gpus: "off"}}
-"""
-"""``e2e.py``'s closed-loop scenario, with a ramp: the usage chunk reports 1,000 prompt
-tokens, so every turn opens a new conversation (a system prompt, a paste, a question)."""
 
 Rec = tuple[str, int, int, float, float | None, bool]
 """One request as a client saw it: id, stream, sequence, send instant, first-token instant
@@ -183,26 +159,10 @@ def serve(argv: list[str]) -> None:
     ps.main()
 
 
-@contextlib.contextmanager
-def server(cpu: int | None, log_dir: Path, clock: str) -> Iterator[tuple[str, Path]]:
-    """The paced server on ``cpu``; its URL and the log it writes when it stops."""
-    log = log_dir / "first_chunks.jsonl"
-    port = free_port()
-    cmd = [sys.executable, str(HERE), "_serve", "--port", str(port), "--log", str(log)]
-    cmd += ["--clock", clock]
-    if cpu is not None:
-        cmd = ["taskset", "-c", str(cpu), *cmd]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    try:
-        wait_port(port)
-        yield f"http://127.0.0.1:{port}", log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def server(cpu: int | None, log_dir: Path, clock: str) -> Any:
+    """The paced server on ``cpu``, started through ``_serve`` (each line of its log
+    named by the request's ``X-Request-ID``); its URL and the log it writes when it stops."""
+    return paced_server(cpu, log_dir, clock, command=[sys.executable, str(HERE), "_serve"])
 
 
 # --- the clients' loops (each run in a process of its own) -----------------------------
@@ -388,16 +348,8 @@ class Run:
 
 def run_stress(url: str, streams: int, args: argparse.Namespace, tmp: Path) -> tuple[Run, Path]:
     spec = bench_spec(args)
-    scen = tmp / "scenario.yaml"
-    scen.write_text(
-        SCENARIO.format(
-            url=url,
-            model=MODEL,
-            ramp_ms=args.ramp * 1000,
-            max_tokens=args.chunks,
-            extra=orjson.dumps({"bench": spec}).decode(),
-        )
-    )
+    extra = orjson.dumps({"bench": spec}).decode()
+    scen = write_scenario(tmp, "ttft", url, args.chunks, extra, ramp=f"{args.ramp * 1000:.0f}ms")
     out = tmp / "runs"
     shutil.rmtree(out, ignore_errors=True)
     cmd = [sys.executable, "-m", "stress", "run", str(scen), "--out", str(out), "--no-tui"]
