@@ -340,6 +340,18 @@ def slo_checks(run: RunData, slo: Mapping[str, Any] | None = None) -> list[SloCh
     return out
 
 
+def tier_grade(checks: list[SloCheck]) -> tuple[str, float | None]:
+    """An SLO tier's grade from its checks, its worst one: ("MISSED", the largest factor),
+    ("NOT JUDGED", None) when a figure has too few samples or none is judged, else
+    ("MET", None). ``stress ls``, ``compare`` and the live badge all grade a tier so."""
+    missed = [c.factor or 0.0 for c in checks if c.status == "MISSED"]
+    if missed:
+        return "MISSED", max(missed)
+    if not checks or any(c.status == "NOT JUDGED" for c in checks):
+        return "NOT JUDGED", None
+    return "MET", None
+
+
 def tier_checks(run: RunData) -> dict[str, list[SloCheck]]:
     """Each of the scenario's ``slo.tiers`` judged as the SLO is, on the same figures."""
     tiers = (run.scenario.get("slo") or {}).get("tiers") or {}

@@ -21,7 +21,7 @@ from pathlib import Path
 from stress.analysis import figures
 from stress.analysis.analyze import analyze
 from stress.analysis.capacity import Bucket, CapacityAnswer, within
-from stress.analysis.judge import SloCheck
+from stress.analysis.judge import SloCheck, tier_grade
 from stress.core.errors import RunDirError, StressError
 from stress.core.fmt import num, pct, times, tokens
 from stress.report.headline import aggregate_tok_s
@@ -96,17 +96,15 @@ def slo_cell(checks: list[SloCheck]) -> str:
 
 
 def tier_cell(tiers: Mapping[str, list[SloCheck]]) -> str:
-    """'interactive MISSED x1.14, batch MET': each SLO tier by its worst check (MISSED
-    with its largest factor, then NOT JUDGED, then MET), as the verdict judged them."""
+    """'interactive MISSED x1.14, batch MET': each SLO tier by its worst check
+    (``judge.tier_grade``), as the verdict judged them."""
     parts = []
     for name, checks in tiers.items():
-        missed = [c.factor or 0.0 for c in checks if c.status == "MISSED"]
-        if missed:
-            parts.append(f"{name} MISSED {times(max(missed))}")
-        elif any(c.status == "NOT JUDGED" for c in checks) or not checks:
-            parts.append(f"{name} not judged")
+        status, factor = tier_grade(checks)
+        if status == "MISSED":
+            parts.append(f"{name} MISSED {times(factor or 0.0)}")
         else:
-            parts.append(f"{name} MET")
+            parts.append(f"{name} {'MET' if status == 'MET' else 'not judged'}")
     return ", ".join(parts) or "-"
 
 

@@ -29,6 +29,7 @@ from stress.analysis.judge import (
     grade,
     health_findings,
     slo_limit,
+    tier_grade,
 )
 from stress.core.fmt import times
 from stress.core.limits import DEFAULT_ERROR_RATE
@@ -147,11 +148,13 @@ def tier_marks(s: Snapshot, slo: Mapping[str, Any] | None) -> tuple[str, ...]:
     marks: list[tuple[float, str]] = []
     for name, limits in tiers.items():
         checks = slo_checks(s, limits) if isinstance(limits, Mapping) else []
-        missed = [c.factor or 0.0 for c in checks if c.status == "MISSED"]
-        if missed:
-            marks.append((-max(missed), f"{name} ✖{times(max(missed))}"))
-        elif any(c.status == "NOT JUDGED" for c in checks):
+        if not checks:
+            continue
+        status, factor = tier_grade(checks)
+        if status == "MISSED":
+            marks.append((-(factor or 0.0), f"{name} ✖{times(factor or 0.0)}"))
+        elif status == "NOT JUDGED":
             marks.append((0.0, f"{name} ? n={min(c.n for c in checks)}"))
-        elif checks:
+        else:
             marks.append((1.0, f"{name} ✓"))
     return tuple(m for _, m in sorted(marks, key=lambda m: m[0]))
